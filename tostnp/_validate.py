@@ -1,0 +1,57 @@
+"""Input checks shared by every public function: clear errors that name the argument.
+
+Every message says which argument is wrong, what was expected (shape/type) and what came.
+"""
+from __future__ import annotations
+
+import array_api_compat
+
+from .backend import namespace
+
+
+def check_array(x, name: str, *, min_ndim: int = 0, ndim: int | None = None,
+                shape_desc: str = "", floating: bool = True):
+    """Check that ``x`` is an array (of real floating dtype unless ``floating=False``).
+
+    Returns the namespace. ``shape_desc`` is a human form of the expected shape, e.g. "(..., n, d)".
+    """
+    if not array_api_compat.is_array_api_obj(x) or isinstance(x, (int, float, complex)):
+        raise TypeError(f"{name} must be an array of shape {shape_desc or '(...)'}, "
+                        f"got {type(x).__name__}")
+    xp = namespace(x)
+    want = f" of shape {shape_desc}" if shape_desc else ""
+    if ndim is not None and x.ndim != ndim:
+        raise ValueError(f"{name} must have {ndim} dimensions{want}, got shape {tuple(x.shape)}")
+    if x.ndim < min_ndim:
+        raise ValueError(f"{name} must have at least {min_ndim} dimensions{want}, "
+                         f"got shape {tuple(x.shape)}")
+    if floating and not xp.isdtype(x.dtype, "real floating"):
+        raise TypeError(f"{name} must have a real floating dtype (float32 or float64), "
+                        f"got {x.dtype}")
+    return xp
+
+
+def check_finite(x, name: str) -> None:
+    xp = namespace(x)
+    if not bool(xp.all(xp.isfinite(x))):
+        raise ValueError(f"{name} contains NaN or Inf")
+
+
+def check_same_dtype(**arrays) -> None:
+    """All arrays must share one dtype (no silent up- or down-casts)."""
+    items = list(arrays.items())
+    first_name, first = items[0]
+    for name, a in items[1:]:
+        if a.dtype != first.dtype:
+            raise TypeError(f"{name} has dtype {a.dtype} but {first_name} has {first.dtype}; "
+                            f"pass arrays of one dtype")
+
+
+def check_positive(value, name: str) -> float:
+    try:
+        v = float(value)
+    except (TypeError, ValueError):
+        raise TypeError(f"{name} must be a positive number, got {type(value).__name__}") from None
+    if not v > 0 or v != v or v == float("inf"):
+        raise ValueError(f"{name} must be a positive finite number, got {value!r}")
+    return v

@@ -1,0 +1,166 @@
+"""The array backend: the one place where tostnp steps outside the Python Array API standard.
+
+Everything else in tostnp takes its namespace from its inputs (``xp = namespace(x)``) and is
+written against the standard, so the same code runs on NumPy (CPU), CuPy (GPU) and
+``array_api_strict`` (the tests' stand-in for a GPU). The three needs the standard does not
+cover live here and only here:
+
+* seeded random numbers  -> :class:`RNG` (draws on the host with NumPy, then moves the result
+  to the target device, so a seed gives the same numbers on every backend);
+* scatter-add            -> :func:`scatter_add` (embedding backward);
+* moving to the host     -> :func:`to_host` (plots, saving, printing).
+"""
+from __future__ import annotations
+
+import numpy as np
+import array_api_compat
+
+__all__ = [
+    "namespace", "get_xp", "gpu_available", "device_of", "to_host", "from_host",
+    "scatter_add", "RNG", "is_numpy",
+]
+
+
+def namespace(*arrays):
+    """The Array API namespace of ``arrays`` (array-api-compat wrapper for NumPy and CuPy)."""
+    return array_api_compat.array_namespace(*arrays)
+
+
+def is_numpy(xp) -> bool:
+    return array_api_compat.is_numpy_namespace(xp)
+
+
+def is_cupy(xp) -> bool:
+    return array_api_compat.is_cupy_namespace(xp)
+
+
+def gpu_available() -> bool:
+    """True only when CuPy imports *and* sees a usable CUDA device.
+
+    ``import cupy`` alone proves nothing: it succeeds on machines without CUDA.
+    """
+    try:
+        import cupy  # noqa: F401
+        return bool(cupy.cuda.is_available())
+    except Exception:  # ImportError, CUDA driver errors
+        return False
+
+
+def get_xp(device: str = "cpu"):
+    """Namespace for ``device`` in {"cpu", "gpu"}; "gpu" raises a clear error without a GPU."""
+    if device == "cpu":
+        import array_api_compat.numpy as xp_np
+        return xp_np
+    if device == "gpu":
+        if not gpu_available():
+            raise RuntimeError(
+                "device='gpu' needs CuPy and a usable CUDA GPU, but cupy.cuda.is_available() "
+                "is False (or CuPy is not installed: pip install cupy-cuda12x). "
+                "Use device='cpu'.")
+        import array_api_compat.cupy as xp_cp
+        return xp_cp
+    raise ValueError(f"device must be 'cpu' or 'gpu', got {device!r}")
+
+
+def device_of(x):
+    return array_api_compat.device(x)
+
+
+def to_host(x) -> np.ndarray:
+    """Copy an array (NumPy, CuPy, ...) to a NumPy array on the host."""
+    if isinstance(x, np.ndarray) or np.isscalar(x):
+        return np.asarray(x)
+    if array_api_compat.is_cupy_array(x):
+        return x.get()
+    # array_api_strict raises here for arrays on a non-CPU device -- exactly where CuPy
+    # code that forgot to call to_host would break.
+    return np.asarray(x)
+
+
+def from_host(xp, a, dtype=None, device=None):
+    """Move a host (NumPy) array ``a`` to namespace ``xp`` on ``device``."""
+    a = np.asarray(a)
+    if dtype is not None:
+        # dtype is an xp dtype; build the host array with the same-named NumPy dtype
+        a = a.astype(np.dtype(_dtype_name(dtype)), copy=False)
+    if device is None:
+        return xp.asarray(a)
+    return xp.asarray(a, device=device)
+
+
+def _dtype_name(dtype) -> str:
+    name = getattr(dtype, "name", None) or str(dtype)
+    return name.rsplit(".", 1)[-1]
+
+
+def scatter_add(idx, values, num_rows: int):
+    """``out[idx[i]] += values[i]`` summed over repeats: out has shape (num_rows, *values.shape[1:]).
+
+    idx: (M,) integer array; values: (M, ...) floating array, same namespace and device.
+    """
+    xp = namespace(values)
+    if is_numpy(xp):
+        out = np.zeros((num_rows,) + tuple(values.shape[1:]), dtype=values.dtype)
+        np.add.at(out, np.asarray(idx), np.asarray(values))
+        return out
+    if is_cupy(xp):
+        import cupy
+        import cupyx
+        out = cupy.zeros((num_rows,) + tuple(values.shape[1:]), dtype=values.dtype)
+        cupyx.scatter_add(out, idx, values)
+        return out
+    # Standard-only fallback (array_api_strict): a one-hot matrix product, O(M * num_rows).
+    dev = device_of(values)
+    rows = xp.arange(num_rows, device=dev)
+    onehot = xp.astype(xp.reshape(idx, (-1, 1)) == xp.reshape(rows, (1, -1)), values.dtype)
+    flat = xp.reshape(values, (values.shape[0], -1))
+    return xp.reshape(xp.matrix_transpose(onehot) @ flat, (num_rows,) + tuple(values.shape[1:]))
+
+
+class RNG:
+    """Seeded random numbers for every backend.
+
+    Draws happen on the host with NumPy's PCG64 and are then moved to ``device``, so one seed
+    gives bit-identical numbers on NumPy, CuPy and array_api_strict. The state is a plain,
+    JSON-serialisable dict (used by checkpoints to resume bit-identically).
+    """
+
+    def __init__(self, seed: int = 0):
+        if not isinstance(seed, (int, np.integer)) or isinstance(seed, bool):
+            raise TypeError(f"seed must be an int, got {type(seed).__name__}")
+        self._gen = np.random.Generator(np.random.PCG64(int(seed)))
+
+    # --- state -----------------------------------------------------------------------------
+    def get_state(self) -> dict:
+        return self._gen.bit_generator.state
+
+    def set_state(self, state: dict) -> None:
+        self._gen.bit_generator.state = state
+
+    # --- draws -----------------------------------------------------------------------------
+    def normal(self, xp, shape, dtype, std: float = 1.0, mean: float = 0.0, device=None):
+        a = self._gen.standard_normal(size=tuple(shape))
+        return from_host(xp, a * std + mean, dtype=dtype, device=device)
+
+    def uniform(self, xp, shape, dtype, low: float = 0.0, high: float = 1.0, device=None):
+        a = self._gen.uniform(low, high, size=tuple(shape))
+        return from_host(xp, a, dtype=dtype, device=device)
+
+    def bernoulli(self, xp, shape, p_true: float, dtype, device=None):
+        """0/1 mask with P(1) = p_true, in ``dtype``."""
+        a = self._gen.random(size=tuple(shape)) < p_true
+        return from_host(xp, a, dtype=dtype, device=device)
+
+    def permutation(self, n: int) -> np.ndarray:
+        """A host permutation of range(n) (used for data shuffling)."""
+        return self._gen.permutation(n)
+
+    def integers(self, low: int, high: int, size=None) -> np.ndarray:
+        """Host integers in [low, high)."""
+        return self._gen.integers(low, high, size=size)
+
+    def orthogonal(self, xp, d: int, dtype, device=None):
+        """A Haar-random d x d orthogonal matrix (QR of a Gaussian, signs fixed)."""
+        q, r = np.linalg.qr(self._gen.standard_normal((d, d)))
+        q = q * np.sign(np.diag(r))[None, :]
+        return from_host(xp, q, dtype=dtype, device=device)
