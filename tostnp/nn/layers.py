@@ -1,1 +1,386 @@
-__all__ = []  # (not yet built)
+"""Basic layers with hand-derived backward passes.
+
+Contract (shared by every layer in tostnp.nn)::
+
+    out, cache = xxx_forward(x, ...)
+    dx, grads  = xxx_backward(dout, cache)
+
+``grads`` is a dict keyed like the parameters (only the keys that were given); backward
+returns new arrays and never mutates its inputs. Weights are stored (in, out): y = x @ W + b.
+Every function keeps the dtype of its input (float32 in, float32 out) and is written against
+the Python Array API standard, so it runs unchanged on NumPy, CuPy and array_api_strict.
+
+Shapes: B batch, N (or T) tokens, C width, H hidden width, V vocabulary, P patch size.
+"""
+from __future__ import annotations
+
+import math
+
+from .. import backend
+from .._validate import check_array
+
+__all__ = [
+    "linear_forward", "linear_backward",
+    "layer_norm_forward", "layer_norm_backward",
+    "gelu_forward", "gelu_backward",
+    "mlp_forward", "mlp_backward",
+    "dropout_forward", "dropout_backward",
+    "embedding_forward", "embedding_backward",
+    "softmax_cross_entropy_forward", "softmax_cross_entropy_backward",
+    "patch_embed_forward", "patch_embed_backward",
+    "layer_scale_forward", "layer_scale_backward",
+]
+
+
+# ---------------------------------------------------------------------------------------------
+# input checks (also used by tostnp.nn.attention)
+# ---------------------------------------------------------------------------------------------
+def _check_param(a, name: str, shape: tuple, like):
+    """``a`` must be a floating array of exactly ``shape`` with the dtype of ``like``."""
+    want = "(" + ", ".join(str(s) for s in shape) + (",)" if len(shape) == 1 else ")")
+    if a is None:
+        raise ValueError(f"missing parameter {name!r}: expected an array of shape {want}")
+    check_array(a, name, shape_desc=want)
+    if tuple(a.shape) != tuple(shape):
+        raise ValueError(f"{name} must have shape {want}, got shape {tuple(a.shape)}")
+    if a.dtype != like.dtype:
+        raise TypeError(f"{name} has dtype {a.dtype} but the input has {like.dtype}; "
+                        f"pass arrays of one dtype")
+
+
+def _check_params(params, spec: dict, like, where: str) -> None:
+    """Check a params dict against ``spec``: {key: (shape, required)}.
+
+    A missing required key or a misshaped array raises ValueError naming the key and the
+    expected shape; unknown keys are ignored (a block may pass extra entries).
+    """
+    if not isinstance(params, dict):
+        raise TypeError(f"{where}: params must be a dict of arrays, got {type(params).__name__}")
+    for key, (shape, required) in spec.items():
+        if key in params and params[key] is not None:
+            _check_param(params[key], key, shape, like)
+        elif required:
+            want = "(" + ", ".join(str(s) for s in shape) + (",)" if len(shape) == 1 else ")")
+            raise ValueError(f"{where}: missing parameter {key!r}: expected an array of "
+                             f"shape {want}")
+
+
+def _sum_leading(xp, a):
+    """Sum over every axis but the last: (..., C) -> (C,)."""
+    return xp.sum(xp.reshape(a, (-1, a.shape[-1])), axis=0)
+
+
+def _outer_sum(xp, a, b):
+    """sum over leading axes of a^T b: a (..., Cin), b (..., Cout) -> (Cin, Cout)."""
+    a2 = xp.reshape(a, (-1, a.shape[-1]))                          # (M, Cin)
+    b2 = xp.reshape(b, (-1, b.shape[-1]))                          # (M, Cout)
+    return xp.matrix_transpose(a2) @ b2                            # (Cin, Cout)
+
+
+# ---------------------------------------------------------------------------------------------
+# linear
+# ---------------------------------------------------------------------------------------------
+def linear_forward(x, W, b=None):
+    """y = x @ W + b.
+
+    x: (..., Cin); W: (Cin, Cout); b: (Cout,) or None -> y: (..., Cout).
+    """
+    check_array(x, "x", min_ndim=1, shape_desc="(..., Cin)")
+    check_array(W, "W", ndim=2, shape_desc="(Cin, Cout)")
+    if W.shape[0] != x.shape[-1]:
+        raise ValueError(f"W must have shape (Cin, Cout) with Cin = x.shape[-1] = {x.shape[-1]}, "
+                         f"got shape {tuple(W.shape)}")
+    _check_param(W, "W", tuple(W.shape), x)
+    if b is not None:
+        _check_param(b, "b", (W.shape[1],), x)
+    y = x @ W                                                      # (..., Cout)
+    if b is not None:
+        y = y + b
+    return y, (x, W, b is not None)
+
+
+def linear_backward(dy, cache):
+    """dy: (..., Cout) -> dx (..., Cin), {"W": (Cin, Cout), "b": (Cout,) if b was given}."""
+    x, W, has_b = cache
+    xp = backend.namespace(dy)
+    dx = dy @ xp.matrix_transpose(W)                               # (..., Cin)
+    grads = {"W": _outer_sum(xp, x, dy)}                           # (Cin, Cout)
+    if has_b:
+        grads["b"] = _sum_leading(xp, dy)                          # (Cout,)
+    return dx, grads
+
+
+# ---------------------------------------------------------------------------------------------
+# layer norm (over the last axis)
+# ---------------------------------------------------------------------------------------------
+def layer_norm_forward(x, gamma, beta, eps=1e-5):
+    """y = (x - mean) / sqrt(var + eps) * gamma + beta, statistics over the last axis.
+
+    x: (..., C); gamma, beta: (C,) -> y: (..., C). var is the biased (1/C) variance.
+    """
+    check_array(x, "x", min_ndim=1, shape_desc="(..., C)")
+    C = x.shape[-1]
+    _check_param(gamma, "gamma", (C,), x)
+    _check_param(beta, "beta", (C,), x)
+    eps = float(eps)
+    xp = backend.namespace(x)
+    mu = xp.mean(x, axis=-1, keepdims=True)                        # (..., 1)
+    xc = x - mu                                                    # (..., C)
+    var = xp.mean(xc * xc, axis=-1, keepdims=True)                 # (..., 1)
+    rstd = 1.0 / xp.sqrt(var + eps)                                # (..., 1)
+    xhat = xc * rstd                                               # (..., C)
+    y = xhat * gamma + beta                                        # (..., C)
+    return y, (xhat, rstd, gamma)
+
+
+def layer_norm_backward(dy, cache):
+    """dy: (..., C) -> dx (..., C), {"gamma": (C,), "beta": (C,)}.
+
+    With g = dy * gamma: dx = rstd * (g - mean(g) - xhat * mean(g * xhat)), means over C.
+    """
+    xhat, rstd, gamma = cache
+    xp = backend.namespace(dy)
+    g = dy * gamma                                                 # (..., C)
+    dx = g - xp.mean(g, axis=-1, keepdims=True)
+    dx = dx - xhat * xp.mean(g * xhat, axis=-1, keepdims=True)
+    dx = dx * rstd                                                 # (..., C)
+    grads = {"gamma": _sum_leading(xp, dy * xhat), "beta": _sum_leading(xp, dy)}
+    return dx, grads
+
+
+# ---------------------------------------------------------------------------------------------
+# GELU, tanh form
+# ---------------------------------------------------------------------------------------------
+_GELU_A = math.sqrt(2.0 / math.pi)
+_GELU_B = 0.044715
+
+
+def gelu_forward(x):
+    """y = 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))).  x: (...) -> y: (...)."""
+    xp = check_array(x, "x", shape_desc="(...)")
+    t = xp.tanh(_GELU_A * (x + _GELU_B * (x * x * x)))             # (...)
+    y = 0.5 * x * (1.0 + t)
+    return y, (x, t)
+
+
+def gelu_backward(dy, cache):
+    """dy: (...) -> dx (...), {}.
+
+    dy/dx = 0.5 (1 + t) + 0.5 x (1 - t^2) sqrt(2/pi) (1 + 3 * 0.044715 x^2).
+    """
+    x, t = cache
+    dydx = 0.5 * (1.0 + t) + (0.5 * _GELU_A) * x * (1.0 - t * t) * (1.0 + (3.0 * _GELU_B) * (x * x))
+    return dy * dydx, {}
+
+
+# ---------------------------------------------------------------------------------------------
+# MLP: Linear -> GELU -> Linear
+# ---------------------------------------------------------------------------------------------
+def mlp_forward(x, params):
+    """y = GELU(x @ W1 + b1) @ W2 + b2.
+
+    x: (..., C); params {"W1": (C, H), "b1": (H,) optional, "W2": (H, C), "b2": (C,) optional}
+    -> y: (..., C).
+    """
+    check_array(x, "x", min_ndim=1, shape_desc="(..., C)")
+    C = x.shape[-1]
+    W1 = params.get("W1") if isinstance(params, dict) else None
+    if W1 is not None:
+        check_array(W1, "W1", ndim=2, shape_desc=f"({C}, H)")
+    Hd = W1.shape[1] if W1 is not None else "H"
+    _check_params(params, {"W1": ((C, Hd), True), "b1": ((Hd,), False),
+                           "W2": ((Hd, C), True), "b2": ((C,), False)}, x, "mlp")
+    h, c1 = linear_forward(x, params["W1"], params.get("b1"))     # (..., H)
+    a, c2 = gelu_forward(h)                                        # (..., H)
+    y, c3 = linear_forward(a, params["W2"], params.get("b2"))     # (..., C)
+    return y, (c1, c2, c3)
+
+
+def mlp_backward(dy, cache):
+    """dy: (..., C) -> dx (..., C), {"W1", "b1", "W2", "b2"} (only the keys given)."""
+    c1, c2, c3 = cache
+    da, g3 = linear_backward(dy, c3)                               # (..., H)
+    dh, _ = gelu_backward(da, c2)                                  # (..., H)
+    dx, g1 = linear_backward(dh, c1)                               # (..., C)
+    grads = {k + "1": v for k, v in g1.items()}
+    grads.update({k + "2": v for k, v in g3.items()})
+    return dx, grads
+
+
+# ---------------------------------------------------------------------------------------------
+# dropout (inverted)
+# ---------------------------------------------------------------------------------------------
+def dropout_forward(x, p, rng, train=True):
+    """Inverted dropout: y = x * mask / (1 - p), mask ~ Bernoulli(1 - p), drawn by ``rng``.
+
+    x: (...) -> y: (...). Identity (y is x itself, no copy) when ``train`` is False or p == 0;
+    ``rng`` (a tostnp.backend.RNG) is only used, and only required, when dropping.
+    """
+    xp = check_array(x, "x", shape_desc="(...)")
+    try:
+        p = float(p)
+    except (TypeError, ValueError):
+        raise TypeError(f"p must be a number in [0, 1), got {type(p).__name__}") from None
+    if not 0.0 <= p < 1.0:
+        raise ValueError(f"p must be in [0, 1), got {p!r}")
+    if not train or p == 0.0:
+        return x, (None,)
+    if not isinstance(rng, backend.RNG):
+        raise TypeError(f"rng must be a tostnp.backend.RNG when train=True and p > 0, "
+                        f"got {type(rng).__name__}")
+    mask = rng.bernoulli(xp, x.shape, 1.0 - p, dtype=x.dtype, device=backend.device_of(x))
+    mask = mask * (1.0 / (1.0 - p))                                # (...) values 0 or 1/(1-p)
+    return x * mask, (mask,)
+
+
+def dropout_backward(dy, cache):
+    """dy: (...) -> dx (...), {}. Uses the forward's mask (a copy of dy at identity)."""
+    (mask,) = cache
+    if mask is None:
+        xp = backend.namespace(dy)
+        return xp.asarray(dy, copy=True), {}
+    return dy * mask, {}
+
+
+# ---------------------------------------------------------------------------------------------
+# embedding
+# ---------------------------------------------------------------------------------------------
+def embedding_forward(ids, W):
+    """out[b, t] = W[ids[b, t]].
+
+    ids: (B, T) integer array (any number of axes works) with values in [0, V); W: (V, C)
+    -> out: (B, T, C).
+    """
+    xp = check_array(ids, "ids", shape_desc="(B, T)", floating=False)
+    if not xp.isdtype(ids.dtype, "integral"):
+        raise TypeError(f"ids must be an integer array of shape (B, T), got dtype {ids.dtype}")
+    check_array(W, "W", ndim=2, shape_desc="(V, C)")
+    V, C = W.shape
+    flat = xp.reshape(ids, (-1,))                                  # (B*T,)
+    if flat.shape[0] > 0 and bool(xp.any((flat < 0) | (flat >= V))):
+        raise ValueError(f"ids must lie in [0, V) = [0, {V}) for W of shape (V, C) = {tuple(W.shape)}")
+    out = xp.take(W, flat, axis=0)                                 # (B*T, C)
+    return xp.reshape(out, tuple(ids.shape) + (C,)), (flat, V)
+
+
+def embedding_backward(dout, cache):
+    """dout: (B, T, C) -> None, {"W": (V, C)}; repeated ids sum their gradients (scatter-add)."""
+    flat, V = cache
+    xp = backend.namespace(dout)
+    d2 = xp.reshape(dout, (-1, dout.shape[-1]))                    # (B*T, C)
+    return None, {"W": backend.scatter_add(flat, d2, V)}
+
+
+# ---------------------------------------------------------------------------------------------
+# softmax cross-entropy
+# ---------------------------------------------------------------------------------------------
+def softmax_cross_entropy_forward(logits, targets, ignore_index=None):
+    """Mean over non-ignored tokens of -log softmax(logits)[target].
+
+    logits: (..., V) floating; targets: (...) integer in [0, V) (or == ignore_index)
+    -> loss: 0-d array of logits' dtype. The log-softmax subtracts the row max (stable).
+    Raises ValueError if every target is ignored or a target is outside [0, V).
+    """
+    xp = check_array(logits, "logits", min_ndim=1, shape_desc="(..., V)")
+    check_array(targets, "targets", shape_desc="(...)", floating=False)
+    if not xp.isdtype(targets.dtype, "integral"):
+        raise TypeError(f"targets must be an integer array, got dtype {targets.dtype}")
+    if tuple(targets.shape) != tuple(logits.shape[:-1]):
+        raise ValueError(f"targets must have shape logits.shape[:-1] = {tuple(logits.shape[:-1])}, "
+                         f"got shape {tuple(targets.shape)}")
+    V = logits.shape[-1]
+    dev = backend.device_of(logits)
+    z = xp.reshape(logits, (-1, V))                                # (M, V)
+    t = xp.astype(xp.reshape(targets, (-1,)), xp.int64)            # (M,)
+    M = t.shape[0]
+    if ignore_index is None:
+        valid = xp.ones((M,), dtype=xp.bool, device=dev)
+    else:
+        valid = t != int(ignore_index)                             # (M,)
+    count = int(xp.sum(xp.astype(valid, xp.int64))) if M > 0 else 0
+    if count == 0:
+        raise ValueError("softmax_cross_entropy: every target is ignored (or there are none); "
+                         "the mean loss is undefined")
+    if bool(xp.any(valid & ((t < 0) | (t >= V)))):
+        raise ValueError(f"targets must lie in [0, V) = [0, {V})"
+                         + ("" if ignore_index is None else f" or equal ignore_index={ignore_index}"))
+    t = xp.where(valid, t, xp.zeros_like(t))                       # (M,) safe index
+    zmax = xp.max(z, axis=-1, keepdims=True)                       # (M, 1)
+    logp = z - zmax                                                # (M, V)
+    logp -= xp.log(xp.sum(xp.exp(logp), axis=-1, keepdims=True))  # log-softmax
+    picked = xp.take(xp.reshape(logp, (-1,)), xp.arange(M, device=dev) * V + t)   # (M,)
+    w = xp.astype(valid, logits.dtype) * (1.0 / count)             # (M,) weight per token
+    loss = -xp.sum(picked * w)                                     # ()
+    return loss, (logp, t, w, tuple(logits.shape))
+
+
+def softmax_cross_entropy_backward(dloss, cache):
+    """dloss: scalar (0-d array or number) -> dlogits (..., V), {}.
+
+    dlogits = (softmax(logits) - onehot(target)) * valid / count * dloss.
+    """
+    logp, t, w, shape = cache
+    xp = backend.namespace(logp)
+    V = logp.shape[-1]
+    p = xp.exp(logp)                                               # (M, V) softmax
+    hit = xp.reshape(t, (-1, 1)) == xp.reshape(xp.arange(V, device=backend.device_of(logp)), (1, -1))
+    g = xp.where(hit, p - 1.0, p)                                  # (M, V)
+    g = g * (xp.reshape(w, (-1, 1)) * dloss)
+    return xp.reshape(g, shape), {}
+
+
+# ---------------------------------------------------------------------------------------------
+# patch embedding (ViT stem)
+# ---------------------------------------------------------------------------------------------
+def _patchify(xp, images, P):
+    """(B, H, W, Cin) -> (B, N, P*P*Cin), patches row-major on the grid, (row, col, channel) inside."""
+    B, H, Wd, Cin = images.shape
+    Hp, Wp = H // P, Wd // P
+    a = xp.reshape(images, (B, Hp, P, Wp, P, Cin))
+    a = xp.permute_dims(a, (0, 1, 3, 2, 4, 5))                     # (B, Hp, Wp, P, P, Cin)
+    return xp.reshape(a, (B, Hp * Wp, P * P * Cin))                # (B, N, P*P*Cin)
+
+
+def patch_embed_forward(images, W, b, patch_size):
+    """Split images into non-overlapping P x P patches and project each: tokens = patches @ W + b.
+
+    images: (B, H, W, Cin) channels-last; W: (P*P*Cin, C); b: (C,) or None; patch_size: P
+    -> tokens: (B, N, C), N = (H/P)(W/P), grid row-major; each patch flattened in
+    (row, col, channel) order. H and W must be divisible by P.
+    """
+    xp = check_array(images, "images", ndim=4, shape_desc="(B, H, W, Cin)")
+    if isinstance(patch_size, bool) or not isinstance(patch_size, int) or patch_size < 1:
+        raise ValueError(f"patch_size must be a positive int, got {patch_size!r}")
+    P = patch_size
+    B, H, Wd, Cin = images.shape
+    if H % P or Wd % P:
+        raise ValueError(f"images of shape (B, H, W, Cin) = {tuple(images.shape)}: H and W must "
+                         f"be divisible by patch_size = {P}")
+    check_array(W, "W", ndim=2, shape_desc=f"({P * P * Cin}, C)")
+    _check_param(W, "W", (P * P * Cin, W.shape[1]), images)
+    patches = _patchify(xp, images, P)                             # (B, N, P*P*Cin)
+    tokens, lin = linear_forward(patches, W, b)                    # (B, N, C)
+    return tokens, lin
+
+
+def patch_embed_backward(dout, cache):
+    """dout: (B, N, C) -> None, {"W": (P*P*Cin, C), "b": (C,) if b was given}."""
+    _, grads = linear_backward(dout, cache)
+    return None, grads
+
+
+# ---------------------------------------------------------------------------------------------
+# LayerScale
+# ---------------------------------------------------------------------------------------------
+def layer_scale_forward(x, gamma):
+    """y = x * gamma.  x: (..., C); gamma: (C,) -> y: (..., C)."""
+    check_array(x, "x", min_ndim=1, shape_desc="(..., C)")
+    _check_param(gamma, "gamma", (x.shape[-1],), x)
+    return x * gamma, (x, gamma)
+
+
+def layer_scale_backward(dy, cache):
+    """dy: (..., C) -> dx (..., C), {"gamma": (C,)}."""
+    x, gamma = cache
+    xp = backend.namespace(dy)
+    return dy * gamma, {"gamma": _sum_leading(xp, dy * x)}
