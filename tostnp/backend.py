@@ -89,7 +89,10 @@ def from_host(xp, a, dtype=None, device=None):
 
 
 def _dtype_name(dtype) -> str:
-    name = getattr(dtype, "name", None) or str(dtype)
+    name = getattr(dtype, "name", None)
+    if name is None and isinstance(dtype, type):
+        name = dtype.__name__          # NumPy/CuPy scalar types, e.g. numpy.float32 -> "float32"
+    name = name or str(dtype)
     return name.rsplit(".", 1)[-1]
 
 
