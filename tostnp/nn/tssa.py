@@ -1,1 +1,462 @@
-__all__ = []  # (not yet built)
+r"""Token Statistics Self-Attention (TSSA): the learned layer, causal in O(T), and a recurrent decoder.
+
+Reference semantics: tost-math.md §4 (book chapter "The TSSA layer"). Shapes: x (B, N, C),
+h heads, p = C / h. Weights are stored (in, out): y = x @ W + b. Heads are contiguous slices of
+the width: coordinate c = k*p + i belongs to head k, so "split heads" is a free reshape
+(B, N, C) -> (B, N, h, p) and nothing is ever transposed.
+
+Forward (non-causal), per batch element and head k, coordinates c in head k::
+
+    w      = x @ W_u + b_u                                   (N, C)       w plays U_k^T z_j
+    sq     = w^2                                              (N, C)
+    S1_c   = sum_n sq_nc,   S1c = max(S1, 1e-24)              (C,)         = max(||w_.c||, 1e-12)^2
+    q_nk   = sum_{c in k} sq_nc / S1c_c                       (N, h)       pre-temperature logits
+    Pi_n.  = softmax_k(temp_k * q_nk)                         (N, h)       softmax over HEADS
+    D_k    = sum_n Pi_nk + 1e-8                               (h,)
+    m_c    = sum_n Pi_nk sq_nc / D_k                          (C,)         Pi-weighted 2nd moment of RAW w
+    r_c    = 1 / (1 + m_c)                                    (C,)         = grad f(m), f(x) = log(1+x)
+    out_nc = -w_nc Pi_nk r_c                                  (N, C)       = -n * grad_w R^var_c (Pi fixed)
+    y      = out @ W_o + b_o                                  (N, C)
+
+Causal: every token sum becomes a prefix sum over s <= t (``xp.cumulative_sum`` along the token
+axis)::
+
+    S1_tc  = sum_{s<=t} sq_sc (clamped at 1e-12)    q_tk = sum_{c in k} (sq_tc / S1_tc + denom_bias[k, t])
+    S2_tc  = sum_{s<=t} Pi_sk sq_sc                 S3_tk = sum_{s<=t} Pi_sk,  D_tk = S3_tk + 1e-8
+    m_tc   = S2_tc / D_tk,  r_tc = 1/(1 + m_tc),    out_tc = -w_tc Pi_tk r_tc
+
+Memory and time are O(T p) per head: no T x T array exists, forward or backward.
+
+Backward (derived by hand; ``g_v`` denotes dLoss/dv). Write a = w * Pi (per head).
+
+* Output projection. Non-causal: r depends only on the coordinate, so we fold it into the
+  weight, W_eff = diag(-r) W_o (one per batch element), and y = a @ W_eff + b_o. Then
+  g_W_eff = a^T g_y, so g_W_o = sum_b diag(-r) a^T g_y, g_r_c = -sum_j (a^T g_y)_cj (W_o)_cj and
+  g_a = g_y @ W_eff^T. Causal: g_W_o = out^T g_y, g_out = g_y W_o^T, g_a = -g_out r,
+  g_m = g_out a r^2 (from r = 1/(1+m): dr/dm = -r^2); non-causal g_m = -g_r r^2.
+* Statistic m = S2 / D: g_S2 = g_m / D, g_D_k = -sum_{c in k} g_m m / D.
+* Sums over tokens: the adjoint of a full sum is a broadcast; the adjoint of a prefix sum
+  (cumsum over s <= t) is a SUFFIX sum (sum over t >= s): reverse, cumsum, reverse. So
+  g_(Pi sq)_s = suffix(g_S2)_s, g_Pi_s += suffix(g_D)_s (non-causal: the plain broadcast).
+* a = w Pi and S2 = cumsum(Pi sq): g_Pi_sk = sum_{c in k} (g_a w + G2 sq)_sc,
+  with G2 = suffix(g_S2); and sq receives Pi G2.
+* Softmax over heads: g_l = Pi * (g_Pi - sum_k Pi g_Pi). g_temp_k = sum_{b,n} g_l q, g_q = temp g_l,
+  causal: g_denom_bias[k, t] = p * sum_b g_q[b, t, k] (the bias sits inside the p-term sum).
+* Normalised logits q = sum sq / S1c: sq receives g_q / S1c; S1c receives
+  -g_q sq / S1c^2 (only where the clamp is inactive), and S1 = (cum)sum(sq) sends it back to sq
+  by a broadcast (non-causal) or a suffix sum (causal).
+* Finally g_w = 2 w g_sq + g_a Pi, g_x = g_w W_u^T, g_W_u = x^T g_w, g_b_u = sum g_w.
+
+Head-wise reductions "sum over c in head k" are matmuls with the (C, h) head indicator E
+(E_ck = 1 if c is in head k), and per-head scalars become per-coordinate ones through E^T; both
+read the big array once and create no (B, N, h, p) temporaries.
+"""
+from __future__ import annotations
+
+from ..backend import namespace, device_of
+from .._validate import check_array, check_same_dtype
+
+__all__ = ["tssa_forward", "tssa_backward", "tssa_init", "tssa_decode_init", "tssa_decode_step"]
+
+_NORM_EPS2 = 1e-24   # max(||w||, 1e-12)^2: the token-axis L2 normalisation clamp, squared
+_S1_EPS = 1e-12      # causal: clamp of the prefix sum of squares
+_PI_EPS = 1e-8       # in m = (Pi / (sum Pi + 1e-8)) @ w^2
+
+
+# --------------------------------------------------------------------------------------------
+# checks and small helpers
+# --------------------------------------------------------------------------------------------
+def _check_params(params, C: int, num_heads: int, causal: bool, dtype, T: int | None = None):
+    """Validate ``params`` against width C and ``num_heads``; returns (h, p)."""
+    if not isinstance(params, dict):
+        raise TypeError(f"params must be a dict of arrays, got {type(params).__name__}")
+    if isinstance(num_heads, bool) or not isinstance(num_heads, int) or num_heads < 1:
+        raise ValueError(f"num_heads must be a positive int, got {num_heads!r}")
+    h = num_heads
+    if C % h != 0:
+        raise ValueError(f"num_heads={h} must divide the width C={C}")
+    want = {"W_u": (C, C), "temp": (h, 1), "W_o": (C, C)}
+    optional = {"b_u": (C,), "b_o": (C,)}
+    if causal:
+        if "denom_bias" not in params:
+            raise ValueError(f"params is missing key 'denom_bias' of shape ({h}, max_len, 1), "
+                             "needed for causal=True")
+    for key, shape in want.items():
+        if key not in params:
+            raise ValueError(f"params is missing key {key!r} of shape {shape}")
+    known = set(want) | set(optional) | {"denom_bias"}
+    for key in params:
+        if key not in known:
+            raise ValueError(f"params has unknown key {key!r}; expected keys {sorted(known)}")
+    for key, a in params.items():
+        if key == "denom_bias":
+            check_array(a, "params['denom_bias']", shape_desc=f"({h}, max_len, 1)")
+            if a.ndim != 3 or a.shape[0] != h or a.shape[2] != 1:
+                raise ValueError(f"params['denom_bias'] must have shape ({h}, max_len, 1), "
+                                 f"got {tuple(a.shape)}")
+            if T is not None and causal and T > a.shape[1]:
+                raise ValueError(f"sequence length T={T} exceeds max_len={a.shape[1]} of "
+                                 f"params['denom_bias'] (shape {tuple(a.shape)})")
+        else:
+            shape = want.get(key) or optional[key]
+            check_array(a, f"params[{key!r}]", shape_desc=str(shape))
+            if tuple(a.shape) != shape:
+                raise ValueError(f"params[{key!r}] must have shape {shape}, got {tuple(a.shape)}")
+        if a.dtype != dtype:
+            raise TypeError(f"params[{key!r}] has dtype {a.dtype} but x has {dtype}; "
+                            "pass arrays of one dtype")
+    return h, C // h
+
+
+def _head_indicator(xp, C: int, h: int, dtype, device):
+    """E (C, h): E[c, k] = 1 if coordinate c belongs to head k (c // p == k)."""
+    p = C // h
+    c = xp.arange(C, device=device)
+    k = xp.arange(h, device=device)
+    return xp.astype(xp.reshape(c // p, (C, 1)) == xp.reshape(k, (1, h)), dtype)   # (C, h)
+
+
+def _softmax_heads(l, xp):
+    """Softmax over the last (head) axis. l: (..., h)."""
+    e = xp.exp(l - xp.max(l, axis=-1, keepdims=True))
+    return e / xp.sum(e, axis=-1, keepdims=True)
+
+
+def _suffix_sum(g, xp, axis: int = 1):
+    """sum_{t >= s} g_t along ``axis``: the adjoint of ``cumulative_sum``."""
+    return xp.flip(xp.cumulative_sum(xp.flip(g, axis=axis), axis=axis), axis=axis)
+
+
+def _per_coord(s, xp):
+    """Broadcast a per-head array s (..., h) to per-coordinate shape (..., h, 1) for (..., h, p)."""
+    return xp.reshape(s, tuple(s.shape) + (1,))
+
+
+def _heads(a, h: int, p: int, xp):
+    """(..., C) -> (..., h, p): split heads (a view for contiguous arrays)."""
+    return xp.reshape(a, tuple(a.shape[:-1]) + (h, p))
+
+
+def _merge(a, xp):
+    """(..., h, p) -> (..., h*p)."""
+    return xp.reshape(a, tuple(a.shape[:-2]) + (a.shape[-2] * a.shape[-1],))
+
+
+# --------------------------------------------------------------------------------------------
+# forward
+# --------------------------------------------------------------------------------------------
+def tssa_forward(x, params, num_heads: int, causal: bool = False):
+    """TSSA layer. x: (B, N, C) -> y: (B, N, C).
+
+    params: "W_u" (C, C), "b_u" (C,) optional, "temp" (h, 1), "W_o" (C, C), "b_o" (C,) optional,
+    and for ``causal=True`` "denom_bias" (h, max_len, 1) with N <= max_len.
+    Returns (y, cache); cache["Pi"] is the membership Pi of shape (B, h, N) (softmax over h).
+    """
+    xp = check_array(x, "x", ndim=3, shape_desc="(B, N, C)")
+    B, N, C = x.shape
+    if "W_u" in params and getattr(params["W_u"], "ndim", 0) == 2 \
+            and params["W_u"].shape[0] != C:
+        raise ValueError(f"x has width C={C} but params['W_u'] has shape "
+                         f"{tuple(params['W_u'].shape)}; expected ({C}, {C})")
+    h, p = _check_params(params, C, num_heads, causal, x.dtype, T=N)
+    if N < 1:
+        raise ValueError(f"x must have at least one token, got shape {tuple(x.shape)}")
+    if causal:
+        return _causal_forward(x, params, h, p, xp)
+    return _full_forward(x, params, h, p, xp)
+
+
+def _project_in(x, params, xp):
+    B, N, C = x.shape
+    w = xp.reshape(xp.reshape(x, (B * N, C)) @ params["W_u"], (B, N, C))        # (B, N, C)
+    if "b_u" in params:
+        w += params["b_u"]
+    return w
+
+
+def _full_forward(x, params, h, p, xp):
+    B, N, C = x.shape
+    dev = device_of(x)
+    E = _head_indicator(xp, C, h, x.dtype, dev)                                  # (C, h)
+    Et = xp.matrix_transpose(E)                                                  # (h, C)
+    temp = xp.reshape(params["temp"], (1, 1, h))                                 # (1, 1, h)
+
+    w = _project_in(x, params, xp)                                               # (B, N, C)
+    sq = w * w                                                                   # (B, N, C)
+    S1 = xp.sum(sq, axis=1)                                                      # (B, C)
+    S1c = xp.clip(S1, min=_NORM_EPS2)                                            # (B, C)
+    inv_S1 = 1.0 / S1c                                                           # (B, C)
+    q = sq @ (E * xp.reshape(inv_S1, (B, C, 1)))                                 # (B, N, h)
+    Pi = _softmax_heads(temp * q, xp)                                            # (B, N, h)
+
+    D = xp.sum(Pi, axis=1) + _PI_EPS                                             # (B, h)
+    S2 = xp.sum((xp.matrix_transpose(Pi) @ sq) * Et, axis=1)                     # (B, C)
+    m = S2 / (D @ Et)                                                            # (B, C)
+    r = 1.0 / (1.0 + m)                                                          # (B, C)
+
+    a = _merge(_heads(w, h, p, xp) * _per_coord(Pi, xp), xp)               # (B, N, C)
+    W_eff = xp.reshape(-r, (B, C, 1)) * params["W_o"]                            # (B, C, C)
+    y = a @ W_eff                                                                # (B, N, C)
+    if "b_o" in params:
+        y += params["b_o"]
+    cache = {"causal": False, "x": x, "params": params, "h": h, "p": p,
+             "w": w, "sq": sq, "S1": S1, "inv_S1": inv_S1, "q": q, "Pi_nh": Pi, "D": D,
+             "m": m, "r": r, "a": a, "W_eff": W_eff,
+             "Pi": xp.permute_dims(Pi, (0, 2, 1))}                               # (B, h, N)
+    return y, cache
+
+
+def _causal_forward(x, params, h, p, xp):
+    B, T, C = x.shape
+    dev = device_of(x)
+    E = _head_indicator(xp, C, h, x.dtype, dev)                                  # (C, h)
+    temp = xp.reshape(params["temp"], (1, 1, h))                                 # (1, 1, h)
+    bias = xp.reshape(xp.permute_dims(params["denom_bias"][:, :T, 0], (1, 0)), (1, T, h))
+
+    w = _project_in(x, params, xp)                                               # (B, T, C)
+    sq = w * w                                                                   # (B, T, C)
+    S1 = xp.cumulative_sum(sq, axis=1)                                           # (B, T, C)
+    S1_last = S1[:, -1, :]                                                       # (B, C)
+    S1c = xp.clip(S1, min=_S1_EPS)                                               # (B, T, C)
+    q = (sq / S1c) @ E + float(p) * bias                                         # (B, T, h)
+    Pi = _softmax_heads(temp * q, xp)                                            # (B, T, h)
+
+    a = _merge(_heads(w, h, p, xp) * _per_coord(Pi, xp), xp)               # (B, T, C)  w Pi
+    S2 = xp.cumulative_sum(a * w, axis=1)                                        # (B, T, C)
+    S3 = xp.cumulative_sum(Pi, axis=1)                                           # (B, T, h)
+    D = S3 + _PI_EPS                                                             # (B, T, h)
+    m = _merge(_heads(S2, h, p, xp) / _per_coord(D, xp), xp)               # (B, T, C)
+    r = 1.0 / (1.0 + m)                                                          # (B, T, C)
+    out = -(a * r)                                                               # (B, T, C)
+    y = xp.reshape(xp.reshape(out, (B * T, C)) @ params["W_o"], (B, T, C))       # (B, T, C)
+    if "b_o" in params:
+        y += params["b_o"]
+    state = {"S1": S1_last, "S2": S2[:, -1, :], "S3": S3[:, -1, :], "t": T}
+    cache = {"causal": True, "x": x, "params": params, "h": h, "p": p,
+             "w": w, "sq": sq, "S1c": S1c, "q": q, "Pi_nh": Pi, "D": D, "m": m, "r": r,
+             "a": a, "out": out, "decode_state": state,
+             "Pi": xp.permute_dims(Pi, (0, 2, 1))}                               # (B, h, T)
+    return y, cache
+
+
+# --------------------------------------------------------------------------------------------
+# backward
+# --------------------------------------------------------------------------------------------
+def tssa_backward(dy, cache):
+    """Backward of :func:`tssa_forward`. dy: (B, N, C) -> (dx (B, N, C), grads).
+
+    grads has the same keys as the params that went in (a present "denom_bias" gets a zero
+    gradient in the non-causal mode, where it is unused).
+    """
+    x = cache["x"]
+    xp = namespace(x)
+    check_array(dy, "dy", ndim=3, shape_desc=str(tuple(x.shape)))
+    if tuple(dy.shape) != tuple(x.shape):
+        raise ValueError(f"dy must have shape {tuple(x.shape)} (that of x), got {tuple(dy.shape)}")
+    check_same_dtype(x=x, dy=dy)
+    if cache["causal"]:
+        ga, gPi, gsq, grads, E = _causal_backward_head(dy, cache, xp)
+    else:
+        ga, gPi, gsq, grads, E = _full_backward_head(dy, cache, xp)
+    return _backward_tail(ga, gPi, gsq, grads, E, cache, xp)
+
+
+def _full_backward_head(dy, cache, xp):
+    """Output projection and statistic m (non-causal): returns g_a (B, N, C), the g_Pi (B, N, h)
+    collected so far, ("full", g_S2 (B, C)) for the tail, grads so far, and E."""
+    params, h, p = cache["params"], cache["h"], cache["p"]
+    B, N, C = dy.shape
+    E = _head_indicator(xp, C, h, dy.dtype, device_of(dy))                       # (C, h)
+    Et = xp.matrix_transpose(E)                                                  # (h, C)
+    w, sq, Pi, a = cache["w"], cache["sq"], cache["Pi_nh"], cache["a"]
+    r, m, D = cache["r"], cache["m"], cache["D"]
+    grads = {}
+    if "b_o" in params:
+        grads["b_o"] = xp.sum(xp.reshape(dy, (B * N, C)), axis=0)               # (C,)
+    G = xp.matrix_transpose(a) @ dy                                              # (B, C, C) = g_W_eff
+    grads["W_o"] = xp.sum(xp.reshape(-r, (B, C, 1)) * G, axis=0)                 # (C, C)
+    g_r = -xp.sum(G * params["W_o"], axis=-1)                                    # (B, C)
+    ga = dy @ xp.matrix_transpose(cache["W_eff"])                                # (B, N, C)
+    g_m = -g_r * r * r                                                           # (B, C)
+    g_S2 = g_m / (D @ Et)                                                        # (B, C)
+    g_D = -((g_m * m) @ E) / D                                                   # (B, h)
+    # g_Pi from a = w Pi and from S2 = Pi^T sq; g_D broadcasts over tokens (full sum)
+    gPi = (ga * w) @ E + sq @ (E * xp.reshape(g_S2, (B, C, 1))) \
+        + xp.reshape(g_D, (B, 1, h))                                             # (B, N, h)
+    # sq receives Pi * g_S2 (a per-(n, k) scalar times a per-c vector)
+    return ga, gPi, ("full", g_S2), grads, E
+
+
+def _causal_backward_head(dy, cache, xp):
+    params, h, p = cache["params"], cache["h"], cache["p"]
+    B, T, C = dy.shape
+    E = _head_indicator(xp, C, h, dy.dtype, device_of(dy))                       # (C, h)
+    w, sq, Pi, a = cache["w"], cache["sq"], cache["Pi_nh"], cache["a"]
+    r, m, D = cache["r"], cache["m"], cache["D"]
+    dy2 = xp.reshape(dy, (B * T, C))
+    grads = {}
+    if "b_o" in params:
+        grads["b_o"] = xp.sum(dy2, axis=0)                                       # (C,)
+    grads["W_o"] = xp.matrix_transpose(xp.reshape(cache["out"], (B * T, C))) @ dy2
+    g_out = xp.reshape(dy2 @ xp.matrix_transpose(params["W_o"]), (B, T, C))      # (B, T, C)
+    ga = -(g_out * r)                                                            # (B, T, C)
+    g_m = g_out * a * r * r                                                      # (B, T, C)
+    Dc = _per_coord(D, xp)                                                 # (B, T, h, 1)
+    g_S2 = _merge(_heads(g_m, h, p, xp) / Dc, xp)                                # (B, T, C)
+    g_D = -((g_m * m) @ E) / D                                                   # (B, T, h)
+    G2 = _suffix_sum(g_S2, xp)                                                   # (B, T, C)
+    gPi = (ga * w + G2 * sq) @ E + _suffix_sum(g_D, xp)                          # (B, T, h)
+    return ga, gPi, ("causal", G2), grads, E
+
+
+def _backward_tail(ga, gPi, g_sq_piece, grads, E, cache, xp):
+    """Shared: softmax over heads, normalised logits, S1, then w -> x."""
+    x, params, h, p = cache["x"], cache["params"], cache["h"], cache["p"]
+    B, N, C = x.shape
+    w, sq, Pi, q = cache["w"], cache["sq"], cache["Pi_nh"], cache["q"]
+    temp = xp.reshape(params["temp"], (1, 1, h))
+    gl = Pi * (gPi - xp.sum(Pi * gPi, axis=-1, keepdims=True))                   # (B, N, h)
+    grads["temp"] = xp.reshape(xp.sum(xp.reshape(gl * q, (B * N, h)), axis=0), (h, 1))
+    gq = gl * temp                                                               # (B, N, h)
+    kind, G2 = g_sq_piece
+    if kind == "full":
+        Et = xp.matrix_transpose(E)                                              # (h, C)
+        inv_S1 = cache["inv_S1"]                                                 # (B, C)
+        # S1c receives -sum_n gq_nk sq_nc / S1c_c^2, only where the clamp is inactive
+        t1 = xp.sum((xp.matrix_transpose(gq) @ sq) * Et, axis=1)                 # (B, C)
+        active = xp.astype(cache["S1"] > _NORM_EPS2, x.dtype)
+        g_S1 = -t1 * inv_S1 * inv_S1 * active                                    # (B, C)
+        # 2 g_sq = 2 (Pi_nk g_S2_c + gq_nk inv_S1_c + g_S1_c): one matmul with inner dim 2h+1
+        A = xp.concat([Pi, gq, xp.ones((B, N, 1), dtype=x.dtype, device=device_of(x))],
+                      axis=-1)                                                   # (B, N, 2h+1)
+        Bm = xp.concat([Et * xp.reshape(G2, (B, 1, C)), Et * xp.reshape(inv_S1, (B, 1, C)),
+                        xp.reshape(g_S1, (B, 1, C))], axis=1)                    # (B, 2h+1, C)
+        gw = A @ (2.0 * Bm)                                                      # (B, N, C)
+        if "denom_bias" in params:
+            grads["denom_bias"] = xp.zeros_like(params["denom_bias"])
+    else:
+        S1c = cache["S1c"]                                                       # (B, T, C)
+        gqc = _per_coord(gq, xp)                                           # (B, T, h, 1)
+        g_over = _merge(_heads(1.0 / S1c, h, p, xp) * gqc, xp)                   # gq / S1c
+        active = xp.astype(S1c > _S1_EPS, x.dtype)
+        G1 = _suffix_sum(-(g_over * sq / S1c) * active, xp)                      # (B, T, C)
+        gw = _merge(_heads(G2, h, p, xp) * _per_coord(Pi, xp), xp)         # Pi G2
+        gw += g_over
+        gw += G1
+        gw *= 2.0
+        db = float(p) * xp.sum(gq, axis=0)                                       # (T, h)
+        max_len = params["denom_bias"].shape[1]
+        db = xp.reshape(xp.permute_dims(db, (1, 0)), (h, N, 1))
+        if max_len > N:
+            db = xp.concat([db, xp.zeros((h, max_len - N, 1), dtype=x.dtype,
+                                         device=device_of(x))], axis=1)
+        grads["denom_bias"] = db                                                 # (h, max_len, 1)
+    gw *= w                                                                      # 2 w g_sq
+    gw += _merge(_heads(ga, h, p, xp) * _per_coord(Pi, xp), xp)            # + g_a Pi
+    gw2 = xp.reshape(gw, (B * N, C))
+    x2 = xp.reshape(x, (B * N, C))
+    grads["W_u"] = xp.matrix_transpose(x2) @ gw2                                 # (C, C)
+    if "b_u" in params:
+        grads["b_u"] = xp.sum(gw2, axis=0)                                       # (C,)
+    dx = xp.reshape(gw2 @ xp.matrix_transpose(params["W_u"]), (B, N, C))         # (B, N, C)
+    return dx, grads
+
+
+# --------------------------------------------------------------------------------------------
+# initialisation
+# --------------------------------------------------------------------------------------------
+def tssa_init(rng, xp, C: int, num_heads: int, *, causal: bool = False, max_len: int | None = None,
+              bias: bool = True, dtype, device=None, std: float = 0.02):
+    """Parameters of a TSSA layer: W_u, W_o ~ N(0, std^2) (C, C); b_u, b_o = 0 (C,) if ``bias``;
+    temp = 1 (h, 1); causal: denom_bias = 0 (h, max_len, 1)."""
+    if isinstance(C, bool) or not isinstance(C, int) or C < 1:
+        raise ValueError(f"C must be a positive int, got {C!r}")
+    if isinstance(num_heads, bool) or not isinstance(num_heads, int) or num_heads < 1:
+        raise ValueError(f"num_heads must be a positive int, got {num_heads!r}")
+    if C % num_heads != 0:
+        raise ValueError(f"num_heads={num_heads} must divide C={C}")
+    h = num_heads
+    params = {"W_u": rng.normal(xp, (C, C), dtype, std=std, device=device)}
+    if bias:
+        params["b_u"] = xp.zeros((C,), dtype=dtype, device=device)
+    params["temp"] = xp.ones((h, 1), dtype=dtype, device=device)
+    params["W_o"] = rng.normal(xp, (C, C), dtype, std=std, device=device)
+    if bias:
+        params["b_o"] = xp.zeros((C,), dtype=dtype, device=device)
+    if causal:
+        if isinstance(max_len, bool) or not isinstance(max_len, int) or max_len < 1:
+            raise ValueError(f"causal=True needs max_len, a positive int; got {max_len!r}")
+        params["denom_bias"] = xp.zeros((h, max_len, 1), dtype=dtype, device=device)
+    return params
+
+
+# --------------------------------------------------------------------------------------------
+# recurrent decoder: O(C^2) work per token, independent of the context length
+# --------------------------------------------------------------------------------------------
+def tssa_decode_init(batch: int, params, num_heads: int, dtype=None):
+    """Empty prefix statistics for decoding ``batch`` sequences one token at a time.
+
+    state: "S1" (B, C) = sum_s w_s^2, "S2" (B, C) = sum_s Pi_s w_s^2, "S3" (B, h) = sum_s Pi_s,
+    "t" = number of tokens consumed. (A causal forward's cache["decode_state"] has the same form:
+    prefill a prompt with :func:`tssa_forward`, then continue with :func:`tssa_decode_step`.)
+    """
+    if "W_u" not in params or getattr(params["W_u"], "ndim", 0) != 2:
+        raise ValueError("params is missing key 'W_u' of shape (C, C)")
+    W_u = params["W_u"]
+    xp = namespace(W_u)
+    C = W_u.shape[0]
+    _check_params(params, C, num_heads, True, W_u.dtype)
+    if isinstance(batch, bool) or not isinstance(batch, int) or batch < 1:
+        raise ValueError(f"batch must be a positive int, got {batch!r}")
+    dtype = W_u.dtype if dtype is None else dtype
+    dev = device_of(W_u)
+    return {"S1": xp.zeros((batch, C), dtype=dtype, device=dev),
+            "S2": xp.zeros((batch, C), dtype=dtype, device=dev),
+            "S3": xp.zeros((batch, num_heads), dtype=dtype, device=dev), "t": 0}
+
+
+def tssa_decode_step(state, x_t, params, num_heads: int, t: int):
+    """One causal TSSA step. x_t: (B, C) is token t -> (y_t (B, C), new state).
+
+    Equals row t of :func:`tssa_forward` (causal=True) on the sequence fed so far. The input
+    state is not modified. Raises ValueError when t >= max_len or t differs from state["t"].
+    """
+    xp = check_array(x_t, "x_t", ndim=2, shape_desc="(B, C)")
+    B, C = x_t.shape
+    if "W_u" in params and getattr(params["W_u"], "ndim", 0) == 2 \
+            and params["W_u"].shape[0] != C:
+        raise ValueError(f"x_t has width C={C} but params['W_u'] has shape "
+                         f"{tuple(params['W_u'].shape)}; expected ({C}, {C})")
+    h, p = _check_params(params, C, num_heads, True, x_t.dtype)
+    max_len = params["denom_bias"].shape[1]
+    if isinstance(t, bool) or not isinstance(t, int) or t < 0:
+        raise ValueError(f"t must be a non-negative int, got {t!r}")
+    if t >= max_len:
+        raise ValueError(f"t={t} is out of range: the layer was built for max_len={max_len} "
+                         f"positions (params['denom_bias'] has shape "
+                         f"{tuple(params['denom_bias'].shape)})")
+    if t != state["t"]:
+        raise ValueError(f"t={t} but the state has consumed {state['t']} tokens; "
+                         "feed tokens in order 0, 1, 2, ...")
+    if tuple(state["S1"].shape) != (B, C):
+        raise ValueError(f"state['S1'] has shape {tuple(state['S1'].shape)} but x_t has "
+                         f"shape {(B, C)}; make the state with tssa_decode_init({B}, ...)")
+    dev = device_of(x_t)
+    E = _head_indicator(xp, C, h, x_t.dtype, dev)                                # (C, h)
+    w = x_t @ params["W_u"]                                                      # (B, C)
+    if "b_u" in params:
+        w += params["b_u"]
+    sq = w * w                                                                   # (B, C)
+    S1 = state["S1"] + sq                                                        # (B, C)
+    q = (sq / xp.clip(S1, min=_S1_EPS)) @ E \
+        + float(p) * xp.reshape(params["denom_bias"][:, t, 0], (1, h))           # (B, h)
+    Pi = _softmax_heads(xp.reshape(params["temp"], (1, h)) * q, xp)              # (B, h)
+    Pic = xp.reshape(Pi, (B, h, 1))
+    a = _merge(_heads(w, h, p, xp) * Pic, xp)                                    # (B, C)
+    S2 = state["S2"] + a * w                                                     # (B, C)
+    S3 = state["S3"] + Pi                                                        # (B, h)
+    m = _merge(_heads(S2, h, p, xp) / xp.reshape(S3 + _PI_EPS, (B, h, 1)), xp)   # (B, C)
+    y = (-(a / (1.0 + m))) @ params["W_o"]                                       # (B, C)
+    if "b_o" in params:
+        y += params["b_o"]
+    return y, {"S1": S1, "S2": S2, "S3": S3, "t": t + 1}

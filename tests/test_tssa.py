@@ -1,0 +1,254 @@
+"""Non-causal TSSA layer: forward semantics, hand-derived backward vs autograd, the layer as a
+gradient step on R^var_c, strict-device run, bad inputs.
+
+References are written independently here with autograd.numpy, following tost-math.md §4
+literally ((B, h, N, p) layout, explicit L2 normalisation, einsum), float64.
+"""
+import autograd
+import autograd.numpy as anp
+import numpy as np
+import pytest
+
+import array_api_compat.numpy as xp_np
+from tostnp import variational as core   # R^var_c, its closed-form gradient, tssa_step
+from tostnp.backend import RNG
+from tostnp.nn.tssa import tssa_forward, tssa_backward, tssa_init
+
+RTOL = 1e-7
+
+
+def rel_err(a, b):
+    a, b = np.asarray(a), np.asarray(b)
+    return np.max(np.abs(a - b)) / max(1e-12, np.max(np.abs(a) + np.abs(b)))
+
+
+# ---- the reference: tost-math.md §4 written plainly ------------------------------------------
+def ref_tssa(x, P, h):
+    B, N, C = x.shape
+    p = C // h
+    w = anp.dot(x, P["W_u"])
+    if "b_u" in P:
+        w = w + P["b_u"]
+    w = anp.transpose(anp.reshape(w, (B, N, h, p)), (0, 2, 1, 3))         # (B, h, N, p)
+    norm = anp.sqrt(anp.sum(w ** 2, axis=2, keepdims=True))              # token-axis L2 norm
+    wn = w / anp.maximum(norm, 1e-12)
+    logits = anp.sum(wn ** 2, axis=-1) * P["temp"]                       # (B, h, N) * (h, 1)
+    e = anp.exp(logits - anp.max(logits, axis=1, keepdims=True))
+    Pi = e / anp.sum(e, axis=1, keepdims=True)                           # softmax over heads
+    dots = Pi / (anp.sum(Pi, axis=-1, keepdims=True) + 1e-8)             # (B, h, N)
+    m = anp.einsum("bhn,bhnp->bhp", dots, w ** 2)[:, :, None, :]         # (B, h, 1, p) raw w
+    out = -w * Pi[..., None] / (1.0 + m)
+    out = anp.reshape(anp.transpose(out, (0, 2, 1, 3)), (B, N, C))
+    y = anp.dot(out, P["W_o"])
+    if "b_o" in P:
+        y = y + P["b_o"]
+    return y
+
+
+def make(seed, B=2, N=7, C=12, h=3, bias=True, dtype=np.float64, scale=0.5):
+    rng = np.random.default_rng(seed)
+    P = {"W_u": rng.normal(size=(C, C)) * scale, "temp": rng.uniform(0.5, 2.0, size=(h, 1)),
+         "W_o": rng.normal(size=(C, C)) * scale}
+    if bias:
+        P["b_u"] = rng.normal(size=C) * 0.3
+        P["b_o"] = rng.normal(size=C) * 0.3
+    x = rng.normal(size=(B, N, C))
+    G = rng.normal(size=(B, N, C))
+    P = {k: v.astype(dtype) for k, v in P.items()}
+    return x.astype(dtype), P, G.astype(dtype)
+
+
+# ---- forward ---------------------------------------------------------------------------------
+@pytest.mark.parametrize("bias", [True, False])
+def test_forward_matches_reference(bias):
+    x, P, _ = make(0, bias=bias)
+    y, cache = tssa_forward(x, P, 3)
+    assert y.shape == x.shape and y.dtype == x.dtype
+    assert rel_err(y, ref_tssa(x, P, 3)) < RTOL
+    Pi = np.asarray(cache["Pi"])
+    assert Pi.shape == (2, 3, 7)
+    np.testing.assert_allclose(Pi.sum(axis=1), 1.0, rtol=1e-12)        # softmax over heads
+
+
+def test_forward_zero_coordinate_uses_norm_clamp():
+    # a coordinate that is 0 for every token: normalised by max(0, 1e-12) -> contributes 0
+    x, P, _ = make(1, bias=False)
+    P["W_u"][:, 4] = 0.0
+    y, _ = tssa_forward(x, P, 3)
+    assert np.all(np.isfinite(y))
+    assert rel_err(y, ref_tssa(x, P, 3)) < RTOL
+
+
+# ---- backward vs autograd --------------------------------------------------------------------
+@pytest.mark.parametrize("bias", [True, False])
+def test_backward_matches_autograd(bias):
+    x, P, G = make(2, bias=bias)
+    y, cache = tssa_forward(x, P, 3)
+    dx, grads = tssa_backward(G, cache)
+    gx, gP = autograd.grad(lambda x_, P_: anp.sum(ref_tssa(x_, P_, 3) * G), (0, 1))(x, P)
+    assert set(grads) == set(P)
+    assert rel_err(dx, gx) < RTOL
+    for k in P:
+        assert grads[k].shape == P[k].shape, k
+        assert rel_err(grads[k], gP[k]) < RTOL, k
+
+
+def test_backward_large_temp_and_one_head():
+    # sharp softmax (large temp) and h = 1 (Pi == 1: the membership path carries no gradient)
+    for h, tscale in [(4, 8.0), (1, 1.0)]:
+        x, P, G = make(3, C=8, h=h, N=5)
+        P["temp"] = P["temp"] * tscale
+        _, cache = tssa_forward(x, P, h)
+        dx, grads = tssa_backward(G, cache)
+        gx, gP = autograd.grad(lambda x_, P_: anp.sum(ref_tssa(x_, P_, h) * G), (0, 1))(x, P)
+        assert rel_err(dx, gx) < RTOL
+        for k in P:
+            assert rel_err(grads[k], gP[k]) < RTOL, (h, k)
+
+
+def test_backward_does_not_mutate_inputs():
+    x, P, G = make(4)
+    copies = (x.copy(), {k: v.copy() for k, v in P.items()}, G.copy())
+    _, cache = tssa_forward(x, P, 3)
+    tssa_backward(G, cache)
+    tssa_backward(G, cache)                       # twice: the cache is not consumed either
+    np.testing.assert_array_equal(x, copies[0])
+    np.testing.assert_array_equal(G, copies[2])
+    for k in P:
+        np.testing.assert_array_equal(P[k], copies[1][k])
+
+
+def test_backward_finite_differences_second_opinion():
+    x, P, G = make(5, B=1, N=4, C=6, h=2)
+    _, cache = tssa_forward(x, P, 2)
+    _, grads = tssa_backward(G, cache)
+    eps = 1e-5
+    for (i, j) in [(0, 0), (3, 5), (2, 1)]:
+        Wp = {**P, "W_u": P["W_u"].copy()}
+        Wm = {**P, "W_u": P["W_u"].copy()}
+        Wp["W_u"][i, j] += eps
+        Wm["W_u"][i, j] -= eps
+        fd = (np.sum(tssa_forward(x, Wp, 2)[0] * G) - np.sum(tssa_forward(x, Wm, 2)[0] * G)) / (2 * eps)
+        a = grads["W_u"][i, j]
+        assert abs(a - fd) / max(1e-8, abs(a) + abs(fd)) < 1e-6
+
+
+# ---- THE LAYER IS THE GRADIENT STEP ---------------------------------------------------------
+def rvar_rows(Z, Pi, h):
+    """R^var_c(Z, Pi | U) with f(x) = log(1 + x), U_k = identity on head k's coordinates.
+    Z (n, d) rows, Pi (n, h)."""
+    n, d = Z.shape
+    p = d // h
+    total = 0.0
+    for k in range(h):
+        Zk = Z[:, k * p:(k + 1) * p]                                     # Z U_k   (n, p)
+        nk = anp.sum(Pi[:, k])
+        stat = anp.dot(Pi[:, k], Zk ** 2) / nk                           # (p,)
+        total = total + 0.5 * (nk / n) * anp.sum(anp.log(1.0 + stat))
+    return total
+
+
+def test_layer_is_minus_n_times_gradient_of_rvar():
+    B, N, C, h = 2, 9, 12, 3
+    x, P, _ = make(6, B=B, N=N, C=C, h=h)
+    P["W_o"] = np.eye(C)                   # read the layer before its output projection
+    P["b_o"] = np.zeros(C)
+    out, cache = tssa_forward(x, P, h)
+    w = x @ P["W_u"] + P["b_u"]                                          # (B, N, C)
+    Pi = np.transpose(np.asarray(cache["Pi"]), (0, 2, 1))                # (B, N, h), held fixed
+    U = np.zeros((h, C, C // h))
+    for k in range(h):
+        U[k, k * (C // h):(k + 1) * (C // h), :] = np.eye(C // h)
+    # d/eps^2 = 1 in f(x) = log(1 + (d/eps^2) x): eps = sqrt(d), d = C
+    eps = float(np.sqrt(C))
+    # the 1e-8 in (sum Pi + 1e-8) perturbs m by ~1e-8/n_k relative
+    tol = 1e-7
+    for b in range(B):
+        g_auto = autograd.grad(rvar_rows)(w[b], Pi[b], h)
+        assert rel_err(out[b], -N * g_auto) < tol
+        # the core package's closed form and value (tostnp.variational)
+        g_core = core.variational_compression_grad(w[b], Pi[b], U, eps)
+        assert rel_err(out[b], -N * np.asarray(g_core)) < tol
+        R_core = float(core.variational_compression(w[b], Pi[b], U, eps))
+        assert abs(R_core - float(rvar_rows(w[b], Pi[b], h))) < 1e-12 * max(1.0, abs(R_core))
+        # and as one step of tssa_step with tau = n: Z+ - Z = out
+        Zp = core.tssa_step(w[b], Pi[b], U, eps, float(N))
+        assert rel_err(Zp - w[b], out[b]) < tol
+
+
+# ---- float32, strict device ------------------------------------------------------------------
+def test_float32_preserved_and_close_to_float64():
+    x, P, G = make(7)
+    y64, c64 = tssa_forward(x, P, 3)
+    dx64, g64 = tssa_backward(G, c64)
+    x32, P32, G32 = x.astype(np.float32), {k: v.astype(np.float32) for k, v in P.items()}, G.astype(np.float32)
+    y32, c32 = tssa_forward(x32, P32, 3)
+    dx32, g32 = tssa_backward(G32, c32)
+    assert y32.dtype == np.float32 and dx32.dtype == np.float32
+    assert all(g.dtype == np.float32 for g in g32.values())
+    assert rel_err(y32, y64) < 1e-5 and rel_err(dx32, dx64) < 1e-4
+
+
+def test_strict_device_forward_backward():
+    xps = pytest.importorskip("array_api_strict")
+    dev = xps.Device("device1")
+    x, P, G = make(8)
+    y_ref, c_ref = tssa_forward(x, P, 3)
+    dx_ref, g_ref = tssa_backward(G, c_ref)
+    to = lambda a: xps.asarray(a.astype(np.float32), device=dev)
+    xs, Ps, Gs = to(x), {k: to(v) for k, v in P.items()}, to(G)
+    y, cache = tssa_forward(xs, Ps, 3)
+    dx, grads = tssa_backward(Gs, cache)
+    assert y.device == dev and dx.device == dev and cache["Pi"].device == dev
+    assert y.dtype == xps.float32 and all(g.dtype == xps.float32 for g in grads.values())
+    back = lambda a: np.asarray(xps.asarray(a, device=xps.Device("CPU_DEVICE")))
+    assert rel_err(back(y), y_ref) < 1e-5
+    assert rel_err(back(dx), dx_ref) < 1e-4
+    for k in P:
+        assert rel_err(back(grads[k]), g_ref[k]) < 1e-4, k
+
+
+# ---- init ------------------------------------------------------------------------------------
+def test_init():
+    P = tssa_init(RNG(0), xp_np, 12, 3, dtype=xp_np.float32)
+    assert set(P) == {"W_u", "b_u", "temp", "W_o", "b_o"}
+    assert P["W_u"].shape == (12, 12) and P["W_u"].dtype == np.float32
+    assert np.all(P["temp"] == 1) and P["temp"].shape == (3, 1)
+    assert np.all(P["b_u"] == 0) and np.all(P["b_o"] == 0)
+    assert 0.01 < np.std(P["W_u"]) < 0.03
+    Pc = tssa_init(RNG(0), xp_np, 12, 3, causal=True, max_len=5, bias=False, dtype=xp_np.float64)
+    assert set(Pc) == {"W_u", "temp", "W_o", "denom_bias"}
+    assert Pc["denom_bias"].shape == (3, 5, 1) and np.all(Pc["denom_bias"] == 0)
+    np.testing.assert_allclose(Pc["W_u"], P["W_u"], rtol=1e-6)       # same seed, same draws
+    with pytest.raises(ValueError, match="max_len"):
+        tssa_init(RNG(0), xp_np, 12, 3, causal=True, dtype=xp_np.float32)
+    with pytest.raises(ValueError, match="divide"):
+        tssa_init(RNG(0), xp_np, 10, 3, dtype=xp_np.float32)
+
+
+# ---- bad inputs ------------------------------------------------------------------------------
+def test_bad_inputs():
+    x, P, G = make(9)
+    with pytest.raises(ValueError, match=r"x must have 3 dimensions"):
+        tssa_forward(x[0], P, 3)
+    with pytest.raises(ValueError, match=r"W_u"):
+        tssa_forward(x[..., :9], P, 3)
+    with pytest.raises(ValueError, match=r"num_heads=5 must divide"):
+        tssa_forward(x, P, 5)
+    with pytest.raises(ValueError, match=r"missing key 'temp' of shape \(3, 1\)"):
+        tssa_forward(x, {k: v for k, v in P.items() if k != "temp"}, 3)
+    with pytest.raises(ValueError, match=r"params\['temp'\] must have shape \(3, 1\)"):
+        tssa_forward(x, {**P, "temp": np.ones(3)}, 3)
+    with pytest.raises(ValueError, match=r"params\['b_o'\] must have shape \(12,\)"):
+        tssa_forward(x, {**P, "b_o": np.ones(11)}, 3)
+    with pytest.raises(ValueError, match=r"unknown key 'b_U'"):
+        tssa_forward(x, {**P, "b_U": np.ones(12)}, 3)
+    with pytest.raises(ValueError, match=r"denom_bias"):
+        tssa_forward(x, P, 3, causal=True)
+    with pytest.raises(TypeError, match=r"dtype"):
+        tssa_forward(x.astype(np.float32), P, 3)
+    with pytest.raises(TypeError, match=r"x must be an array"):
+        tssa_forward([[1.0]], P, 3)
+    _, cache = tssa_forward(x, P, 3)
+    with pytest.raises(ValueError, match=r"dy must have shape \(2, 7, 12\)"):
+        tssa_backward(G[:, :3], cache)
