@@ -1,0 +1,364 @@
+"""Offline data: small vision sets, MNIST / CIFAR-10 from local files, a text corpus, batching.
+
+Nothing here touches the network. Every loader returns *host* NumPy arrays (this module is the
+host side of the pipeline, like file parsing); the training loop moves each minibatch to its
+device with :func:`tostnp.backend.from_host`.
+
+Vision loaders return ``(X_train, y_train, X_test, y_test)`` with images channels-last,
+``X: (n, H, W, C)`` float32 in [0, 1] and ``y: (n,)`` int64 class labels.
+
+* :func:`load_digits_split` -- scikit-learn's bundled 8x8 digits (1797 images, no download),
+  with a fixed, stratified train/test split.
+* :func:`load_mnist` -- the four IDX files of MNIST (or Fashion-MNIST) from a directory you
+  downloaded them to, optionally gzipped.
+* :func:`load_cifar10` -- the *binary* version of CIFAR-10 (``cifar-10-batches-bin``).
+
+Text: :func:`load_text` (default corpus: the Python documentation topics shipped with the
+standard library in ``pydoc_data.topics``, about 465k characters), :class:`CharTokenizer`,
+:func:`train_val_split`, :func:`sample_lm_batch` and the :func:`unigram_bits_per_char` baseline.
+"""
+from __future__ import annotations
+
+import gzip
+import math
+import os
+
+import numpy as np
+
+from .backend import RNG
+
+__all__ = [
+    "load_digits_split", "load_mnist", "load_cifar10", "read_idx",
+    "load_text", "CharTokenizer", "train_val_split",
+    "iterate_minibatches", "sample_lm_batch", "unigram_bits_per_char",
+]
+
+
+# --------------------------------------------------------------------------------------------
+# Vision
+# --------------------------------------------------------------------------------------------
+def load_digits_split(seed: int = 0, test_fraction: float = 0.25):
+    """scikit-learn's 8x8 digits with a fixed stratified split.
+
+    Each class's indices are permuted with ``RNG(seed)`` (classes in increasing order) and
+    ``round(test_fraction * n_class)`` of them go to the test set, so the split depends only on
+    ``seed`` and ``test_fraction`` (not on the scikit-learn version). Both sets are returned in
+    increasing original-index order.
+
+    Returns ``X_train (n_train, 8, 8, 1)`` float32 in [0, 1] (pixel / 16), ``y_train (n_train,)``
+    int64, ``X_test``, ``y_test``.
+    """
+    test_fraction = float(test_fraction)
+    if not 0.0 < test_fraction < 1.0:
+        raise ValueError(f"test_fraction must be in (0, 1), got {test_fraction}")
+    from sklearn.datasets import load_digits  # bundled with scikit-learn: no download
+    d = load_digits()
+    X = (np.asarray(d.data, dtype=np.float64) / 16.0).astype(np.float32).reshape(-1, 8, 8, 1)
+    y = np.asarray(d.target, dtype=np.int64)
+    rng = RNG(seed)
+    test_idx = []
+    for c in np.unique(y):
+        idx = np.flatnonzero(y == c)
+        perm = idx[rng.permutation(idx.size)]
+        n_test = int(round(test_fraction * idx.size))
+        test_idx.append(perm[:n_test])
+    test_idx = np.sort(np.concatenate(test_idx))
+    is_test = np.zeros(y.size, dtype=bool)
+    is_test[test_idx] = True
+    return X[~is_test], y[~is_test], X[is_test], y[is_test]
+
+
+def _read_bytes(path: str) -> bytes:
+    """All bytes of ``path`` (transparently gunzipped if it ends in .gz), with clear errors."""
+    try:
+        if path.endswith(".gz"):
+            with gzip.open(path, "rb") as f:
+                return f.read()
+        with open(path, "rb") as f:
+            return f.read()
+    except (EOFError, gzip.BadGzipFile, OSError) as e:
+        if isinstance(e, FileNotFoundError):
+            raise
+        raise ValueError(f"could not read {path}: {e} (truncated or corrupted download?)") from e
+
+
+def read_idx(path: str, expected_magic: int) -> np.ndarray:
+    """Parse one IDX file (the MNIST format) into a uint8 array.
+
+    Layout: a big-endian uint32 magic number ``0x00000800 + ndim`` (0x08 = unsigned byte
+    data; 0x00000803 for images, 0x00000801 for labels), then ``ndim`` big-endian uint32
+    sizes, then ``prod(sizes)`` bytes of data in C order.
+    """
+    raw = _read_bytes(path)
+    if len(raw) < 4:
+        raise ValueError(f"{path}: file has {len(raw)} bytes, too short for an IDX header "
+                         f"(truncated?)")
+    magic = int.from_bytes(raw[:4], "big")
+    if magic != expected_magic:
+        raise ValueError(f"{path}: IDX magic number is 0x{magic:08x}, expected "
+                         f"0x{expected_magic:08x} (wrong file, or not an IDX file)")
+    ndim = magic & 0xFF
+    header = 4 + 4 * ndim
+    if len(raw) < header:
+        raise ValueError(f"{path}: IDX header needs {header} bytes, file has {len(raw)} "
+                         f"(truncated?)")
+    shape = tuple(int.from_bytes(raw[4 + 4 * i: 8 + 4 * i], "big") for i in range(ndim))
+    need = header + math.prod(shape)
+    if len(raw) != need:
+        what = "truncated" if len(raw) < need else "has trailing bytes"
+        raise ValueError(f"{path}: header says shape {shape} = {need} bytes in all, file has "
+                         f"{len(raw)} bytes ({what})")
+    return np.frombuffer(raw, dtype=np.uint8, offset=header).reshape(shape)
+
+
+def _find(directory: str, names) -> str:
+    for name in names:
+        p = os.path.join(directory, name)
+        if os.path.isfile(p):
+            return p
+    raise FileNotFoundError(f"none of {list(names)} found in {directory!r}")
+
+
+def load_mnist(directory: str):
+    """MNIST (or Fashion-MNIST) from the four IDX files in ``directory``.
+
+    Expects ``train-images-idx3-ubyte``, ``train-labels-idx1-ubyte``, ``t10k-images-idx3-ubyte``
+    and ``t10k-labels-idx1-ubyte`` (each also accepted with ``.gz``, or with a ``.`` instead of
+    the last ``-``). Returns ``X_train (n, 28, 28, 1)`` float32 in [0, 1] (pixel / 255),
+    ``y_train (n,)`` int64, ``X_test``, ``y_test``.
+    """
+    if not os.path.isdir(directory):
+        raise FileNotFoundError(f"MNIST directory {directory!r} does not exist; download the "
+                                f"four IDX files (train-images-idx3-ubyte.gz, ...) into it")
+    out = []
+    for split in ("train", "t10k"):
+        names = {}
+        for kind, suffix in (("images", "idx3-ubyte"), ("labels", "idx1-ubyte")):
+            base = [f"{split}-{kind}-{suffix}", f"{split}-{kind}.{suffix}"]
+            names[kind] = _find(directory, base + [b + ".gz" for b in base])
+        images = read_idx(names["images"], 0x00000803)  # (n, rows, cols)
+        labels = read_idx(names["labels"], 0x00000801)  # (n,)
+        if images.shape[0] != labels.shape[0]:
+            raise ValueError(f"{names['images']} holds {images.shape[0]} images but "
+                             f"{names['labels']} holds {labels.shape[0]} labels")
+        if labels.size and labels.max() > 9:
+            raise ValueError(f"{names['labels']}: labels must be 0..9, found {labels.max()}")
+        X = (images.astype(np.float32) / np.float32(255.0))[..., None]  # (n, rows, cols, 1)
+        out += [X, labels.astype(np.int64)]
+    return tuple(out)
+
+
+_CIFAR_RECORD = 1 + 3 * 32 * 32  # one label byte + 3072 pixel bytes (R plane, G, B; row-major)
+
+
+def _read_cifar_file(path: str):
+    raw = _read_bytes(path)
+    if len(raw) == 0 or len(raw) % _CIFAR_RECORD:
+        raise ValueError(f"{path}: {len(raw)} bytes is not a positive multiple of the "
+                         f"{_CIFAR_RECORD}-byte CIFAR-10 record (truncated or wrong file?)")
+    rec = np.frombuffer(raw, dtype=np.uint8).reshape(-1, _CIFAR_RECORD)
+    labels = rec[:, 0].astype(np.int64)
+    if labels.max() > 9:
+        raise ValueError(f"{path}: labels must be 0..9, found {labels.max()} (wrong file? "
+                         f"CIFAR-100 has 2 label bytes per record)")
+    X = rec[:, 1:].reshape(-1, 3, 32, 32).transpose(0, 2, 3, 1)  # CHW -> (n, 32, 32, 3)
+    return (X.astype(np.float32) / np.float32(255.0)), labels
+
+
+def load_cifar10(directory: str):
+    """CIFAR-10, binary version: ``data_batch_1.bin`` .. ``data_batch_5.bin`` + ``test_batch.bin``.
+
+    ``directory`` is the extracted ``cifar-10-batches-bin`` folder or its parent. Each record
+    is 1 label byte followed by 3072 bytes: the 32x32 red plane, then green, then blue.
+    Returns ``X_train (50000, 32, 32, 3)`` float32 in [0, 1], ``y_train`` int64, ``X_test``,
+    ``y_test``. (The Python "pickle" version is not read: unpickling runs code.)
+    """
+    sub = os.path.join(directory, "cifar-10-batches-bin")
+    if os.path.isdir(sub):
+        directory = sub
+    if not os.path.isdir(directory):
+        raise FileNotFoundError(f"CIFAR-10 directory {directory!r} does not exist; download "
+                                f"the binary version (cifar-10-binary.tar.gz) and extract it")
+    train_files = [os.path.join(directory, f"data_batch_{i}.bin") for i in range(1, 6)]
+    test_file = os.path.join(directory, "test_batch.bin")
+    for p in train_files + [test_file]:
+        if not os.path.isfile(p):
+            hint = ""
+            if os.path.isfile(os.path.join(directory, "data_batch_1")):
+                hint = " (this looks like the Python pickle version; use the binary version)"
+            raise FileNotFoundError(f"CIFAR-10 file {p!r} is missing{hint}")
+    parts = [_read_cifar_file(p) for p in train_files]
+    X_train = np.concatenate([X for X, _ in parts])
+    y_train = np.concatenate([y for _, y in parts])
+    X_test, y_test = _read_cifar_file(test_file)
+    return X_train, y_train, X_test, y_test
+
+
+# --------------------------------------------------------------------------------------------
+# Text
+# --------------------------------------------------------------------------------------------
+def load_text(path: str | None = None) -> str:
+    """A text corpus as one string.
+
+    ``path=None``: the documentation text bundled with the standard library
+    (``pydoc_data.topics.topics``; its values joined with newlines in sorted key order) --
+    always available offline. Otherwise the UTF-8 file at ``path``.
+    """
+    if path is None:
+        try:
+            from pydoc_data.topics import topics
+        except ImportError as e:  # some distributions strip it
+            raise RuntimeError("the default corpus needs the standard library module "
+                               "pydoc_data.topics, which this Python lacks; pass a path to "
+                               "a UTF-8 text file instead") from e
+        return "\n".join(topics[k] for k in sorted(topics))
+    if not os.path.isfile(path):
+        raise FileNotFoundError(f"text file {path!r} does not exist")
+    try:
+        with open(path, "r", encoding="utf-8") as f:
+            text = f.read()
+    except UnicodeDecodeError as e:
+        raise ValueError(f"{path} is not valid UTF-8 ({e})") from e
+    if not text:
+        raise ValueError(f"text file {path!r} is empty")
+    return text
+
+
+class CharTokenizer:
+    """Character-level tokenizer: the vocabulary is the sorted set of characters of a text.
+
+    ``CharTokenizer(text)``; ``encode(str) -> (n,) int64`` host array of ids,
+    ``decode(ids) -> str``; ``to_dict()`` / ``from_dict(d)`` round-trip through JSON.
+    """
+
+    def __init__(self, text: str):
+        if not isinstance(text, str) or not text:
+            raise TypeError("CharTokenizer needs a non-empty str to build its vocabulary")
+        self.chars = "".join(sorted(set(text)))
+        self._ords = np.array([ord(c) for c in self.chars], dtype=np.int64)  # sorted
+        self.stoi = {c: i for i, c in enumerate(self.chars)}
+
+    @property
+    def vocab_size(self) -> int:
+        return len(self.chars)
+
+    def encode(self, text: str) -> np.ndarray:
+        """(n,) int64 ids; raises ValueError on a character outside the vocabulary."""
+        if not isinstance(text, str):
+            raise TypeError(f"text must be a str, got {type(text).__name__}")
+        codes = np.frombuffer(text.encode("utf-32-le"), dtype="<u4").astype(np.int64)
+        ids = np.searchsorted(self._ords, codes)
+        bad = (ids >= len(self.chars))
+        bad[~bad] = self._ords[ids[~bad]] != codes[~bad]
+        if bad.any():
+            c = chr(int(codes[np.argmax(bad)]))
+            raise ValueError(f"character {c!r} is not in the tokenizer's vocabulary "
+                             f"({self.vocab_size} characters)")
+        return ids
+
+    def decode(self, ids) -> str:
+        """ids: any iterable of ints (list, host array) -> str."""
+        ids = np.asarray(ids).reshape(-1)
+        if ids.size and (ids.min() < 0 or ids.max() >= self.vocab_size):
+            raise ValueError(f"ids must lie in [0, {self.vocab_size}), got range "
+                             f"[{ids.min()}, {ids.max()}]")
+        return "".join(self.chars[int(i)] for i in ids)
+
+    def to_dict(self) -> dict:
+        return {"type": "char", "chars": self.chars}
+
+    @classmethod
+    def from_dict(cls, d: dict) -> "CharTokenizer":
+        if not isinstance(d, dict) or d.get("type") != "char" or not isinstance(d.get("chars"), str):
+            raise ValueError("not a CharTokenizer dict (need {'type': 'char', 'chars': str})")
+        tok = cls(d["chars"])
+        if tok.chars != d["chars"]:
+            raise ValueError("tokenizer 'chars' must be sorted and without repeats")
+        return tok
+
+
+def train_val_split(ids, val_fraction: float = 0.1):
+    """Fixed split of a token sequence: the first part trains, the last ``val_fraction`` validates.
+
+    ids: (n,) -> (train_ids (n - n_val,), val_ids (n_val,)), n_val = round(val_fraction * n).
+    """
+    ids = np.asarray(ids)
+    if ids.ndim != 1:
+        raise ValueError(f"ids must be a 1-D sequence of shape (n,), got shape {ids.shape}")
+    val_fraction = float(val_fraction)
+    if not 0.0 < val_fraction < 1.0:
+        raise ValueError(f"val_fraction must be in (0, 1), got {val_fraction}")
+    n_val = int(round(val_fraction * ids.size))
+    if n_val == 0 or n_val == ids.size:
+        raise ValueError(f"ids of length {ids.size} is too short to split with "
+                         f"val_fraction={val_fraction}")
+    return ids[:-n_val], ids[-n_val:]
+
+
+# --------------------------------------------------------------------------------------------
+# Batching (host arrays; deterministic for a given RNG state)
+# --------------------------------------------------------------------------------------------
+def iterate_minibatches(X, y, batch_size: int, rng: RNG | None, shuffle: bool = True,
+                        drop_last: bool = False):
+    """Yield ``(X_b, y_b)`` host minibatches covering ``X`` once (one epoch).
+
+    X: (n, ...), y: (n,). With ``shuffle`` the order is ``rng.permutation(n)``; the last,
+    smaller batch is kept unless ``drop_last``.
+    """
+    if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
+        raise ValueError(f"batch_size must be an int >= 1, got {batch_size!r}")
+    n = len(X)
+    if len(y) != n:
+        raise ValueError(f"X has {n} examples but y has {len(y)}; expected X (n, ...), y (n,)")
+    if shuffle:
+        if rng is None:
+            raise ValueError("shuffle=True needs an rng (tostnp.backend.RNG)")
+        order = rng.permutation(n)
+    else:
+        order = np.arange(n)
+    stop = n - (n % batch_size) if drop_last else n
+    for start in range(0, stop, batch_size):
+        idx = order[start:start + batch_size]
+        yield X[idx], y[idx]
+
+
+def sample_lm_batch(ids, batch_size: int, block_len: int, rng: RNG):
+    """Random windows for next-token prediction.
+
+    ids: (n,) int token sequence -> ``x (B, T)`` and ``y (B, T)`` int64 host arrays with
+    ``y[b, t] = ids[s_b + t + 1]`` and ``x[b, t] = ids[s_b + t]``, window starts ``s_b`` drawn
+    uniformly from ``[0, n - T - 1]`` with ``rng.integers``.
+    """
+    ids = np.asarray(ids)
+    if ids.ndim != 1:
+        raise ValueError(f"ids must have shape (n,), got {ids.shape}")
+    for nm, v in (("batch_size", batch_size), ("block_len", block_len)):
+        if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+            raise ValueError(f"{nm} must be an int >= 1, got {v!r}")
+    if ids.size < block_len + 1:
+        raise ValueError(f"ids has {ids.size} tokens; need at least block_len + 1 = "
+                         f"{block_len + 1}")
+    starts = rng.integers(0, ids.size - block_len, size=batch_size)  # (B,)
+    pos = starts[:, None] + np.arange(block_len)[None, :]  # (B, T)
+    return ids[pos].astype(np.int64), ids[pos + 1].astype(np.int64)
+
+
+def unigram_bits_per_char(train_ids, val_ids, vocab_size: int | None = None) -> dict:
+    """Baseline for a language model: validation cross-entropy under the training unigram.
+
+    p(c) = (count_train(c) + 1) / (n_train + V) (add-one smoothing over V symbols, V =
+    ``vocab_size`` or 1 + the largest id seen). Returns ``{"nats": H, "bits": H / ln 2}`` with
+    H = -mean over the validation ids of log p(id). A model that beats this has learnt more
+    than character frequencies.
+    """
+    train_ids = np.asarray(train_ids).reshape(-1)
+    val_ids = np.asarray(val_ids).reshape(-1)
+    if train_ids.size == 0 or val_ids.size == 0:
+        raise ValueError("train_ids and val_ids must be non-empty")
+    V = int(max(train_ids.max(), val_ids.max())) + 1 if vocab_size is None else int(vocab_size)
+    if min(train_ids.min(), val_ids.min()) < 0 or max(train_ids.max(), val_ids.max()) >= V:
+        raise ValueError(f"ids must lie in [0, vocab_size={V})")
+    counts = np.bincount(train_ids, minlength=V).astype(np.float64)
+    logp = np.log(counts + 1.0) - np.log(train_ids.size + V)
+    nats = float(-logp[val_ids].mean())
+    return {"nats": nats, "bits": nats / math.log(2.0)}
