@@ -1,0 +1,193 @@
+"""Causal TSSA: prefix-sum forward and its backward vs autograd, vs a naive per-prefix loop,
+no dependence on the future (forward and backward), T = 1, strict device, bad inputs.
+
+References are written independently here (autograd.numpy with cumsum; plain loops), float64.
+"""
+import autograd
+import autograd.numpy as anp
+import numpy as np
+import pytest
+
+from tostnp.nn.tssa import tssa_forward, tssa_backward
+
+RTOL = 1e-7
+
+
+def rel_err(a, b):
+    a, b = np.asarray(a), np.asarray(b)
+    return np.max(np.abs(a - b)) / max(1e-12, np.max(np.abs(a) + np.abs(b)))
+
+
+def ref_causal(x, P, h):
+    """tost-math.md §4, causal, in the (B, h, T, p) layout with autograd.numpy."""
+    B, T, C = x.shape
+    p = C // h
+    w = anp.dot(x, P["W_u"])
+    if "b_u" in P:
+        w = w + P["b_u"]
+    w = anp.transpose(anp.reshape(w, (B, T, h, p)), (0, 2, 1, 3))          # (B, h, T, p)
+    S1 = anp.maximum(anp.cumsum(w ** 2, axis=2), 1e-12)
+    logits = anp.sum(w ** 2 / S1 + P["denom_bias"][None, :, :T, :], axis=-1) * P["temp"]
+    e = anp.exp(logits - anp.max(logits, axis=1, keepdims=True))
+    Pi = e / anp.sum(e, axis=1, keepdims=True)                             # (B, h, T)
+    S2 = anp.cumsum(Pi[..., None] * w ** 2, axis=2)
+    S3 = anp.cumsum(Pi, axis=2)[..., None]
+    out = -w * Pi[..., None] / (1.0 + S2 / (S3 + 1e-8))
+    y = anp.dot(anp.reshape(anp.transpose(out, (0, 2, 1, 3)), (B, T, C)), P["W_o"])
+    if "b_o" in P:
+        y = y + P["b_o"]
+    return y
+
+
+def naive_loop(x, P, h):
+    """Row t recomputed from the prefix x[:, :t+1] alone, with explicit sums over s <= t."""
+    B, T, C = x.shape
+    p = C // h
+    w = x @ P["W_u"] + P.get("b_u", 0.0)
+    y = np.zeros_like(x)
+    for b in range(B):
+        for t in range(T):
+            pre = w[b, :t + 1]                                                 # (t+1, C)
+            Pis = []
+            for s in range(t + 1):             # memberships of every prefix token s (causal)
+                logit = np.zeros(h)
+                for k in range(h):
+                    for i in range(p):
+                        c = k * p + i
+                        S1 = max(sum(pre[u, c] ** 2 for u in range(s + 1)), 1e-12)
+                        logit[k] += pre[s, c] ** 2 / S1 + P["denom_bias"][k, s, 0]
+                logit = logit * P["temp"][:, 0]
+                e = np.exp(logit - logit.max())
+                Pis.append(e / e.sum())
+            out = np.zeros(C)
+            for k in range(h):
+                S3 = sum(Pis[s][k] for s in range(t + 1))
+                for i in range(p):
+                    c = k * p + i
+                    S2 = sum(Pis[s][k] * pre[s, c] ** 2 for s in range(t + 1))
+                    out[c] = -pre[t, c] * Pis[t][k] / (1.0 + S2 / (S3 + 1e-8))
+            y[b, t] = out @ P["W_o"] + P.get("b_o", 0.0)
+    return y
+
+
+def make(seed, B=2, T=6, C=8, h=2, max_len=9, bias=True):
+    rng = np.random.default_rng(seed)
+    P = {"W_u": rng.normal(size=(C, C)) * 0.5, "temp": rng.uniform(0.5, 2.0, size=(h, 1)),
+         "W_o": rng.normal(size=(C, C)) * 0.5,
+         "denom_bias": rng.normal(size=(h, max_len, 1)) * 0.3}
+    if bias:
+        P["b_u"] = rng.normal(size=C) * 0.3
+        P["b_o"] = rng.normal(size=C) * 0.3
+    return rng.normal(size=(B, T, C)), P, rng.normal(size=(B, T, C))
+
+
+def test_forward_matches_reference_and_naive_loop():
+    x, P, _ = make(0)
+    y, cache = tssa_forward(x, P, 2, causal=True)
+    assert rel_err(y, ref_causal(x, P, 2)) < RTOL
+    assert rel_err(y, naive_loop(x, P, 2)) < RTOL
+    Pi = np.asarray(cache["Pi"])
+    assert Pi.shape == (2, 2, 6)
+    np.testing.assert_allclose(Pi.sum(axis=1), 1.0, rtol=1e-12)
+
+
+@pytest.mark.parametrize("bias", [True, False])
+def test_backward_matches_autograd(bias):
+    x, P, G = make(1, bias=bias, C=12, h=3)
+    _, cache = tssa_forward(x, P, 3, causal=True)
+    dx, grads = tssa_backward(G, cache)
+    gx, gP = autograd.grad(lambda x_, P_: anp.sum(ref_causal(x_, P_, 3) * G), (0, 1))(x, P)
+    assert set(grads) == set(P)
+    assert rel_err(dx, gx) < RTOL
+    for k in P:
+        assert grads[k].shape == P[k].shape, k
+        assert rel_err(grads[k], gP[k]) < RTOL, k
+    # positions >= T of denom_bias are unused
+    assert np.all(grads["denom_bias"][:, 6:] == 0)
+
+
+def test_backward_with_a_zero_prefix_hits_the_clamp():
+    # the first tokens map to w = 0 in one coordinate: S1 is clamped at 1e-12 there
+    x, P, G = make(2, bias=False)
+    x[:, :2] = 0.0
+    _, cache = tssa_forward(x, P, 2, causal=True)
+    dx, grads = tssa_backward(G, cache)
+    gx, gP = autograd.grad(lambda x_, P_: anp.sum(ref_causal(x_, P_, 2) * G), (0, 1))(x, P)
+    assert np.all(np.isfinite(dx))
+    assert rel_err(dx, gx) < RTOL
+    for k in P:
+        assert rel_err(grads[k], gP[k]) < RTOL, k
+
+
+def test_no_dependence_on_the_future():
+    x, P, G = make(3, T=8)
+    y, cache = tssa_forward(x, P, 2, causal=True)
+    rng = np.random.default_rng(30)
+    for t in [0, 3, 6]:
+        x2 = x.copy()
+        x2[:, t + 1:] = rng.normal(size=x2[:, t + 1:].shape) * 3.0
+        y2, _ = tssa_forward(x2, P, 2, causal=True)
+        np.testing.assert_allclose(y2[:, :t + 1], y[:, :t + 1], rtol=1e-13, atol=1e-13)
+        assert not np.allclose(y2[:, t + 1:], y[:, t + 1:])
+        # backward: a loss on outputs <= t sends no gradient to inputs > t
+        Gt = G.copy()
+        Gt[:, t + 1:] = 0.0
+        dx, _ = tssa_backward(Gt, cache)
+        assert np.all(dx[:, t + 1:] == 0.0)
+        assert np.any(dx[:, :t + 1] != 0.0)
+
+
+def test_single_token():
+    x, P, G = make(4, T=1)
+    y, cache = tssa_forward(x, P, 2, causal=True)
+    assert rel_err(y, ref_causal(x, P, 2)) < RTOL
+    dx, grads = tssa_backward(G, cache)
+    gx, gP = autograd.grad(lambda x_, P_: anp.sum(ref_causal(x_, P_, 2) * G), (0, 1))(x, P)
+    assert rel_err(dx, gx) < RTOL
+    for k in P:
+        assert rel_err(grads[k], gP[k]) < RTOL, k
+
+
+def test_decode_state_in_cache_is_the_prefix_statistics():
+    x, P, _ = make(5)
+    _, cache = tssa_forward(x, P, 2, causal=True)
+    st = cache["decode_state"]
+    w = x @ P["W_u"] + P["b_u"]
+    Pi = np.transpose(np.asarray(cache["Pi"]), (0, 2, 1))                  # (B, T, h)
+    np.testing.assert_allclose(st["S1"], (w ** 2).sum(axis=1), rtol=1e-12)
+    np.testing.assert_allclose(st["S3"], Pi.sum(axis=1), rtol=1e-12)
+    np.testing.assert_allclose(st["S2"], (np.repeat(Pi, 4, axis=-1) * w ** 2).sum(axis=1), rtol=1e-12)
+    assert st["t"] == 6
+
+
+def test_strict_device_forward_backward():
+    xps = pytest.importorskip("array_api_strict")
+    dev = xps.Device("device1")
+    x, P, G = make(6)
+    y_ref, c_ref = tssa_forward(x, P, 2, causal=True)
+    dx_ref, g_ref = tssa_backward(G, c_ref)
+    to = lambda a: xps.asarray(a.astype(np.float32), device=dev)
+    y, cache = tssa_forward(to(x), {k: to(v) for k, v in P.items()}, 2, causal=True)
+    dx, grads = tssa_backward(to(G), cache)
+    assert y.device == dev and dx.device == dev and grads["denom_bias"].device == dev
+    assert y.dtype == xps.float32 and all(g.dtype == xps.float32 for g in grads.values())
+    back = lambda a: np.asarray(xps.asarray(a, device=xps.Device("CPU_DEVICE")))
+    assert rel_err(back(y), y_ref) < 1e-5
+    assert rel_err(back(dx), dx_ref) < 1e-4
+    for k in P:
+        assert rel_err(back(grads[k]), g_ref[k]) < 1e-4, k
+
+
+def test_bad_inputs():
+    x, P, _ = make(7, T=6, max_len=5)
+    with pytest.raises(ValueError, match=r"T=6 exceeds max_len=5"):
+        tssa_forward(x, P, 2, causal=True)
+    x, P, _ = make(7)
+    with pytest.raises(ValueError, match=r"denom_bias'\] must have shape \(2, max_len, 1\)"):
+        tssa_forward(x, {**P, "denom_bias": np.zeros((3, 9, 1))}, 2, causal=True)
+    with pytest.raises(ValueError, match=r"missing key 'denom_bias'"):
+        tssa_forward(x, {k: v for k, v in P.items() if k != "denom_bias"}, 2, causal=True)
+    # non-causal use of causal params: denom_bias is unused and gets a zero gradient
+    _, cache = tssa_forward(x, P, 2)
+    _, grads = tssa_backward(x, cache)
+    assert np.all(grads["denom_bias"] == 0) and grads["denom_bias"].shape == (2, 9, 1)
