@@ -1,0 +1,307 @@
+"""tostnp.nn.attention baselines against plain autograd references (float64), causality,
+the causal linear attention against a per-prefix loop, the strict device, and bad inputs.
+
+Tolerance: relative error max|a - b| / max|b| < 1e-7 in float64.
+"""
+import math
+
+import autograd
+import autograd.numpy as anp
+import numpy as np
+import pytest
+import array_api_strict as xps
+
+from tostnp.nn import attention as A
+
+TOL = 1e-7
+DEV = xps.Device("device1")
+B, N, C, H = 2, 5, 6, 2                                            # p = 3
+
+
+def rel_err(a, b):
+    a, b = np.asarray(a, dtype=np.float64), np.asarray(b, dtype=np.float64)
+    assert a.shape == b.shape, (a.shape, b.shape)
+    return float(np.max(np.abs(a - b)) / max(np.max(np.abs(b)), 1e-300))
+
+
+def make_params(seed, keys_shapes, bias):
+    r = np.random.default_rng(seed)
+    P = {}
+    for k, s in keys_shapes.items():
+        if k.startswith("b_") and not bias:
+            continue
+        P[k] = r.standard_normal(s) / math.sqrt(s[0]) if len(s) == 2 else 0.3 * r.standard_normal(s)
+    return P
+
+
+QKV = {"W_qkv": (C, 3 * C), "b_qkv": (3 * C,), "W_o": (C, C), "b_o": (C,)}
+CLS = {"W_q": (C, C), "b_q": (C,), "W_kv": (C, 2 * C), "b_kv": (2 * C,), "W_o": (C, C), "b_o": (C,)}
+
+
+# ---------------------------------------------------------------------------------------------
+# plain references: one head at a time, explicit formulas
+# ---------------------------------------------------------------------------------------------
+def _lin(x, P, name):
+    y = anp.dot(x, P["W_" + name])
+    return y + P["b_" + name] if "b_" + name in P else y
+
+
+def ref_softmax_attention(x, P, h, causal):
+    Cx = x.shape[-1]
+    p = Cx // h
+    qkv = _lin(x, P, "qkv")
+    n = x.shape[1]
+    heads = []
+    for i in range(h):
+        q = qkv[:, :, i * p:(i + 1) * p]
+        k = qkv[:, :, Cx + i * p:Cx + (i + 1) * p]
+        v = qkv[:, :, 2 * Cx + i * p:2 * Cx + (i + 1) * p]
+        s = anp.einsum("bip,bjp->bij", q, k) / math.sqrt(p)
+        if causal:
+            s = s - 1e300 * np.triu(np.ones((n, n)), 1)         # future keys -> -huge
+        e = anp.exp(s - anp.max(s, axis=-1, keepdims=True))
+        heads.append(anp.einsum("bij,bjp->bip", e / anp.sum(e, axis=-1, keepdims=True), v))
+    return _lin(anp.concatenate(heads, axis=-1), P, "o")
+
+
+def phi(a):
+    return anp.where(a > 0, a + 1.0, anp.exp(anp.minimum(a, 0.0)))
+
+
+def ref_linear_attention(x, P, h, causal):
+    Cx = x.shape[-1]
+    p = Cx // h
+    qkv = _lin(x, P, "qkv")
+    heads = []
+    for i in range(h):
+        Q = phi(qkv[:, :, i * p:(i + 1) * p])
+        K = phi(qkv[:, :, Cx + i * p:Cx + (i + 1) * p])
+        v = qkv[:, :, 2 * Cx + i * p:2 * Cx + (i + 1) * p]
+        if not causal:
+            S = anp.einsum("bjp,bjq->bpq", K, v)
+            z = anp.sum(K, axis=1)                                 # (B, p)
+            num = anp.einsum("bip,bpq->biq", Q, S)
+            den = anp.einsum("bip,bp->bi", Q, z)[:, :, None]
+            heads.append(num / den)
+        else:                                                      # naive loop over prefixes
+            rows = []
+            for t in range(x.shape[1]):
+                S = anp.einsum("bjp,bjq->bpq", K[:, :t + 1], v[:, :t + 1])
+                z = anp.sum(K[:, :t + 1], axis=1)
+                num = anp.einsum("bp,bpq->bq", Q[:, t], S)
+                rows.append(num / anp.sum(Q[:, t] * z, axis=-1, keepdims=True))
+            heads.append(anp.stack(rows, axis=1))
+    return _lin(anp.concatenate(heads, axis=-1), P, "o")
+
+
+def ref_class_attention(x, P, h):
+    Cx = x.shape[-1]
+    p = Cx // h
+    q = _lin(x[:, 0:1], P, "q")                                    # (B, 1, C)
+    kv = _lin(x, P, "kv")                                          # (B, M, 2C)
+    heads = []
+    for i in range(h):
+        qi = q[:, 0, i * p:(i + 1) * p]                            # (B, p)
+        k = kv[:, :, i * p:(i + 1) * p]
+        v = kv[:, :, Cx + i * p:Cx + (i + 1) * p]
+        s = anp.einsum("bp,bjp->bj", qi, k) / math.sqrt(p)
+        e = anp.exp(s - anp.max(s, axis=-1, keepdims=True))
+        a = e / anp.sum(e, axis=-1, keepdims=True)
+        heads.append(anp.einsum("bj,bjp->bp", a, v)[:, None, :])
+    return _lin(anp.concatenate(heads, axis=-1), P, "o")
+
+
+KINDS = {
+    "softmax": (A.softmax_attention_forward, A.softmax_attention_backward, ref_softmax_attention),
+    "linear": (A.linear_attention_forward, A.linear_attention_backward, ref_linear_attention),
+}
+
+
+def check_layer(fwd, bwd, ref, x, P, seed=3):
+    y, cache = fwd(x, P)
+    y_ref = ref(x, P)
+    assert rel_err(y, y_ref) < TOL
+    G = np.random.default_rng(seed).standard_normal(y.shape)
+    x0, P0, G0 = x.copy(), {k: v.copy() for k, v in P.items()}, G.copy()
+    dx, grads = bwd(G, cache)
+    assert np.array_equal(x, x0) and np.array_equal(G, G0)
+    assert all(np.array_equal(P[k], P0[k]) for k in P)
+    assert rel_err(dx, autograd.grad(lambda x: anp.sum(ref(x, P) * G))(x)) < TOL
+    gP = autograd.grad(lambda P: anp.sum(ref(x, P) * G))(P)
+    assert set(grads) == set(P)
+    for k in P:
+        assert rel_err(grads[k], gP[k]) < TOL, k
+
+
+# ---------------------------------------------------------------------------------------------
+# gradients
+# ---------------------------------------------------------------------------------------------
+@pytest.mark.parametrize("kind", ["softmax", "linear"])
+@pytest.mark.parametrize("causal", [False, True])
+@pytest.mark.parametrize("bias", [True, False])
+def test_attention_grads(kind, causal, bias):
+    fwd, bwd, ref = KINDS[kind]
+    x = np.random.default_rng(1).standard_normal((B, N, C))
+    P = make_params(2, QKV, bias)
+    check_layer(lambda x, P: fwd(x, P, H, causal=causal), bwd,
+                lambda x, P: ref(x, P, H, causal), x, P)
+
+
+@pytest.mark.parametrize("bias", [True, False])
+def test_class_attention_grads(bias):
+    x = np.random.default_rng(4).standard_normal((B, 1 + N, C))
+    P = make_params(5, CLS, bias)
+    y, _ = A.class_attention_forward(x, P, H)
+    assert y.shape == (B, 1, C)
+    check_layer(lambda x, P: A.class_attention_forward(x, P, H), A.class_attention_backward,
+                lambda x, P: ref_class_attention(x, P, H), x, P)
+
+
+def test_class_attention_only_cls_queries():
+    """Permuting the non-CLS tokens leaves the output unchanged (they are keys/values only)."""
+    r = np.random.default_rng(6)
+    x = r.standard_normal((B, 1 + N, C))
+    P = make_params(7, CLS, True)
+    y, _ = A.class_attention_forward(x, P, H)
+    perm = np.concatenate([[0], 1 + r.permutation(N)])
+    y2, _ = A.class_attention_forward(x[:, perm], P, H)
+    assert rel_err(y2, y) < 1e-12
+    x3 = x.copy()
+    x3[:, 0] += 1.0                                                # but the CLS token matters
+    assert rel_err(A.class_attention_forward(x3, P, H)[0], y) > 1e-3
+
+
+# ---------------------------------------------------------------------------------------------
+# causality and the prefix-sum form
+# ---------------------------------------------------------------------------------------------
+@pytest.mark.parametrize("kind", ["softmax", "linear"])
+def test_causal_outputs_ignore_the_future(kind):
+    fwd = KINDS[kind][0]
+    r = np.random.default_rng(8)
+    n = 9
+    x = r.standard_normal((B, n, C))
+    P = make_params(9, QKV, True)
+    y, _ = fwd(x, P, H, causal=True)
+    for t in (0, 3, n - 2):
+        x2 = x.copy()
+        x2[:, t + 1:] = 100.0 * r.standard_normal((B, n - t - 1, C))
+        y2, _ = fwd(x2, P, H, causal=True)
+        assert np.array_equal(y2[:, :t + 1], y[:, :t + 1])
+        assert not np.allclose(y2[:, t + 1:], y[:, t + 1:])
+        # without the mask the same change does reach position 0
+        assert not np.allclose(fwd(x2, P, H, causal=False)[0][:, 0], fwd(x, P, H)[0][:, 0])
+
+
+def test_causal_linear_attention_equals_prefix_loop():
+    r = np.random.default_rng(10)
+    n = 12
+    x = r.standard_normal((B, n, C))
+    P = make_params(11, QKV, True)
+    y, _ = A.linear_attention_forward(x, P, H, causal=True)
+    # per prefix: run the NON-causal layer on x[:, :t+1] and keep its last row
+    loop = np.stack([A.linear_attention_forward(x[:, :t + 1], P, H)[0][:, t] for t in range(n)], 1)
+    assert rel_err(y, loop) < 1e-12
+
+
+def test_causal_softmax_equals_prefix_loop_and_large_scores():
+    r = np.random.default_rng(12)
+    n = 7
+    x = 30.0 * r.standard_normal((B, n, C))                        # large scores: stability
+    P = make_params(13, QKV, True)
+    y, _ = A.softmax_attention_forward(x, P, H, causal=True)
+    assert np.all(np.isfinite(y))
+    loop = np.stack([A.softmax_attention_forward(x[:, :t + 1], P, H)[0][:, t] for t in range(n)], 1)
+    assert rel_err(y, loop) < 1e-12
+
+
+def test_phi_no_overflow():
+    """phi(a) = elu(a) + 1 and its derivative never evaluate exp of a large positive number."""
+    a = np.array([-1e3, -2.0, 0.0, 0.5, 1e3])
+    with np.errstate(over="raise", invalid="raise", divide="raise"):
+        phi, dphi = A._phi(A.backend.namespace(a), a)
+    assert np.allclose(phi, [0.0, math.exp(-2.0), 1.0, 1.5, 1001.0])
+    assert np.allclose(dphi, [0.0, math.exp(-2.0), 1.0, 1.0, 1.0])
+    x = np.random.default_rng(14).standard_normal((1, 4, C)) * 300.0   # scores far past exp's range
+    P = make_params(14, QKV, True)
+    with np.errstate(over="raise", invalid="raise", divide="raise"):
+        for causal in (False, True):
+            y, c = A.linear_attention_forward(x, P, H, causal=causal)
+            dx, _ = A.linear_attention_backward(np.ones_like(y), c)
+            assert np.all(np.isfinite(y)) and np.all(np.isfinite(dx))
+
+
+# ---------------------------------------------------------------------------------------------
+# strict device (stand-in for CuPy), float32
+# ---------------------------------------------------------------------------------------------
+def to_dev(a):
+    return xps.asarray(a, device=DEV)
+
+
+def to_np(a):
+    return np.asarray(a.to_device(xps.Device("CPU_DEVICE")))
+
+
+@pytest.mark.parametrize("name,causal", [("softmax", False), ("softmax", True), ("linear", False),
+                                         ("linear", True), ("class", False)])
+def test_strict_device_matches_numpy(name, causal):
+    r = np.random.default_rng(15)
+    if name == "class":
+        fwd, bwd = (lambda x, P: A.class_attention_forward(x, P, H)), A.class_attention_backward
+        x, P = r.standard_normal((B, 1 + N, C)), make_params(16, CLS, True)
+    else:
+        f, bwd, _ = KINDS[name]
+        fwd = lambda x, P: f(x, P, H, causal=causal)              # noqa: E731
+        x, P = r.standard_normal((B, N, C)), make_params(16, QKV, True)
+    x = x.astype(np.float32)
+    P = {k: v.astype(np.float32) for k, v in P.items()}
+    y_np, c_np = fwd(x, P)
+    y_st, c_st = fwd(to_dev(x), {k: to_dev(v) for k, v in P.items()})
+    assert y_np.dtype == np.float32 and y_st.dtype == xps.float32 and y_st.device == DEV
+    np.testing.assert_allclose(to_np(y_st), y_np, rtol=1e-4, atol=1e-5)
+    dy = r.standard_normal(y_np.shape).astype(np.float32)
+    dx_np, g_np = bwd(dy, c_np)
+    dx_st, g_st = bwd(to_dev(dy), c_st)
+    assert dx_np.dtype == np.float32 and dx_st.dtype == xps.float32 and dx_st.device == DEV
+    np.testing.assert_allclose(to_np(dx_st), dx_np, rtol=1e-4, atol=1e-5)
+    assert set(g_st) == set(g_np) == set(P)
+    for k in P:
+        assert g_np[k].dtype == np.float32 and g_st[k].dtype == xps.float32
+        np.testing.assert_allclose(to_np(g_st[k]), g_np[k], rtol=1e-4, atol=1e-5)
+
+
+# ---------------------------------------------------------------------------------------------
+# bad inputs
+# ---------------------------------------------------------------------------------------------
+@pytest.mark.parametrize("fwd", [A.softmax_attention_forward, A.linear_attention_forward])
+def test_bad_inputs_qkv(fwd):
+    x = np.zeros((B, N, C))
+    P = make_params(17, QKV, True)
+    with pytest.raises(ValueError, match="num_heads"):
+        fwd(x, P, 4)                                               # 4 does not divide 6
+    with pytest.raises(ValueError, match="num_heads"):
+        fwd(x, P, 0)
+    with pytest.raises(ValueError, match=r"'W_o'.*\(6, 6\)"):
+        fwd(x, {k: v for k, v in P.items() if k != "W_o"}, H)
+    with pytest.raises(ValueError, match=r"W_qkv.*\(6, 18\)"):
+        fwd(x, dict(P, W_qkv=np.zeros((6, 12))), H)
+    with pytest.raises(ValueError, match=r"b_qkv.*\(18,\)"):
+        fwd(x, dict(P, b_qkv=np.zeros(6)), H)
+    with pytest.raises(ValueError, match=r"x.*\(B, N, C\)"):
+        fwd(np.zeros((N, C)), P, H)
+    with pytest.raises(TypeError, match="dtype"):
+        fwd(x.astype(np.float32), P, H)
+    with pytest.raises(TypeError, match="params"):
+        fwd(x, [P["W_qkv"], P["W_o"]], H)
+
+
+def test_bad_inputs_class():
+    x = np.zeros((B, 1 + N, C))
+    P = make_params(18, CLS, False)
+    with pytest.raises(ValueError, match=r"'W_kv'.*\(6, 12\)"):
+        A.class_attention_forward(x, {k: v for k, v in P.items() if k != "W_kv"}, H)
+    with pytest.raises(ValueError, match=r"W_q.*\(6, 6\)"):
+        A.class_attention_forward(x, dict(P, W_q=np.zeros((6, 12))), H)
+    with pytest.raises(ValueError, match="num_heads"):
+        A.class_attention_forward(x, P, 5)
+    with pytest.raises(ValueError, match="CLS"):
+        A.class_attention_forward(np.zeros((B, 0, C)), P, H)
