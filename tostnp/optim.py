@@ -216,15 +216,22 @@ class AdamW:
             # m and v belong to the optimizer, so in-place updates are safe (and save memory).
             m *= b1
             m += (1.0 - b1) * g
+            g2 = g * g
+            g2 *= 1.0 - b2
             v *= b2
-            v += (1.0 - b2) * (g * g)
-            update = (m / bc1) / (xp.sqrt(v / bc2) + self.eps)
+            v += g2
+            # lr * mhat / (sqrt(vhat) + eps), with in-place work on our own temporaries
+            denom = xp.sqrt(v)
+            denom *= 1.0 / math.sqrt(bc2)  # sqrt(vhat) = sqrt(v) / sqrt(1 - beta2**t)
+            denom += self.eps
+            delta = m / denom  # (same shape as p)
+            delta *= lr / bc1
             wd = self.decay[name]
-            if wd:
-                update = update + wd * p
-            # A new array, not in place: arrays the caller still holds (caches, tied views)
-            # are never modified behind its back.
-            self.params[name] = p - lr * update
+            # New parameter array, not in place: arrays the caller still holds (caches, tied
+            # views) are never modified behind its back.
+            new_p = p * (1.0 - lr * wd) if wd else xp.asarray(p, copy=True)
+            new_p -= delta
+            self.params[name] = new_p
 
     # --- checkpoints -----------------------------------------------------------------------
     def state_dict(self) -> dict:
