@@ -1,0 +1,193 @@
+"""ToST block: forward and hand-derived backward vs autograd (causal and not), a stack of three
+blocks, init, strict device, bad inputs.
+
+The reference block (LayerNorm, tanh-GELU MLP, TSSA per tost-math.md §4/§5) is written here
+independently with autograd.numpy, float64.
+"""
+import autograd
+import autograd.numpy as anp
+import numpy as np
+import pytest
+
+import array_api_compat.numpy as xp_np
+from tostnp.backend import RNG
+from tostnp.nn.block import tost_block_forward, tost_block_backward, tost_block_init
+
+RTOL = 1e-7
+
+
+def rel_err(a, b):
+    a, b = np.asarray(a), np.asarray(b)
+    return np.max(np.abs(a - b)) / max(1e-12, np.max(np.abs(a) + np.abs(b)))
+
+
+# ---- reference ---------------------------------------------------------------------------------
+def ref_ln(x, g, b, eps):
+    mu = anp.mean(x, axis=-1, keepdims=True)
+    var = anp.mean((x - mu) ** 2, axis=-1, keepdims=True)
+    return (x - mu) / anp.sqrt(var + eps) * g + b
+
+
+def ref_gelu(x):
+    return 0.5 * x * (1.0 + anp.tanh(anp.sqrt(2.0 / anp.pi) * (x + 0.044715 * x ** 3)))
+
+
+def ref_tssa(x, P, h, causal):
+    B, T, C = x.shape
+    p = C // h
+    w = anp.dot(x, P["tssa.W_u"]) + P.get("tssa.b_u", 0.0)
+    w = anp.transpose(anp.reshape(w, (B, T, h, p)), (0, 2, 1, 3))            # (B, h, T, p)
+    if causal:
+        S1 = anp.maximum(anp.cumsum(w ** 2, axis=2), 1e-12)
+        logits = anp.sum(w ** 2 / S1 + P["tssa.denom_bias"][None, :, :T, :], axis=-1)
+    else:
+        wn = w / anp.maximum(anp.sqrt(anp.sum(w ** 2, axis=2, keepdims=True)), 1e-12)
+        logits = anp.sum(wn ** 2, axis=-1)
+    logits = logits * P["tssa.temp"]
+    e = anp.exp(logits - anp.max(logits, axis=1, keepdims=True))
+    Pi = e / anp.sum(e, axis=1, keepdims=True)                               # (B, h, T)
+    if causal:
+        m = anp.cumsum(Pi[..., None] * w ** 2, axis=2) / (anp.cumsum(Pi, axis=2)[..., None] + 1e-8)
+    else:
+        dots = Pi / (anp.sum(Pi, axis=-1, keepdims=True) + 1e-8)
+        m = anp.einsum("bhn,bhnp->bhp", dots, w ** 2)[:, :, None, :]
+    out = -w * Pi[..., None] / (1.0 + m)
+    out = anp.reshape(anp.transpose(out, (0, 2, 1, 3)), (B, T, C))
+    return anp.dot(out, P["tssa.W_o"]) + P.get("tssa.b_o", 0.0)
+
+
+def ref_block(x, P, h, causal, eps):
+    x1 = x + P["ls1.gamma"] * ref_tssa(ref_ln(x, P["ln1.gamma"], P["ln1.beta"], eps), P, h, causal)
+    a = ref_ln(x1, P["ln2.gamma"], P["ln2.beta"], eps)
+    mlp = anp.dot(ref_gelu(anp.dot(a, P["mlp.W1"]) + P.get("mlp.b1", 0.0)), P["mlp.W2"]) \
+        + P.get("mlp.b2", 0.0)
+    return x1 + P["ls2.gamma"] * mlp
+
+
+def make_params(seed, C=8, h=2, causal=False, max_len=9, bias=True):
+    """Float64 params with every entry random (init values would hide bugs: beta = 0 etc.)."""
+    P = tost_block_init(RNG(seed), xp_np, C, h, causal=causal, max_len=max_len, bias=bias,
+                        dtype=xp_np.float64, std=0.4)
+    rng = np.random.default_rng(seed + 100)
+    for k in P:
+        if not k.endswith(("W_u", "W_o", "W1", "W2")):
+            base = 1.0 if k.endswith(("gamma", "temp")) else 0.0
+            P[k] = base + 0.3 * rng.normal(size=P[k].shape)
+    return P
+
+
+@pytest.mark.parametrize("causal,bias", [(False, True), (False, False), (True, True), (True, False)])
+def test_block_backward_matches_autograd(causal, bias):
+    rng = np.random.default_rng(1)
+    x, G = rng.normal(size=(2, 6, 8)), rng.normal(size=(2, 6, 8))
+    P = make_params(2, causal=causal, bias=bias)
+    eps = 1e-5
+    y, cache = tost_block_forward(x, P, 2, causal=causal, ln_eps=eps)
+    assert rel_err(y, ref_block(x, P, 2, causal, eps)) < RTOL
+    assert np.asarray(cache["Pi"]).shape == (2, 2, 6)
+    dx, grads = tost_block_backward(G, cache)
+    gx, gP = autograd.grad(lambda x_, P_: anp.sum(ref_block(x_, P_, 2, causal, eps) * G),
+                           (0, 1))(x, P)
+    assert set(grads) == set(P)
+    assert rel_err(dx, gx) < RTOL
+    for k in P:
+        assert grads[k].shape == P[k].shape, k
+        assert rel_err(grads[k], gP[k]) < RTOL, k
+
+
+@pytest.mark.parametrize("causal", [False, True])
+def test_stack_of_three_blocks(causal):
+    rng = np.random.default_rng(3)
+    x, G = rng.normal(size=(2, 5, 8)), rng.normal(size=(2, 5, 8))
+    Ps = [make_params(10 + i, causal=causal) for i in range(3)]
+    eps = 1e-6
+    h, caches = x, []
+    for P in Ps:
+        h, c = tost_block_forward(h, P, 2, causal=causal, ln_eps=eps)
+        caches.append(c)
+    d, grads = G, [None] * 3
+    for i in reversed(range(3)):
+        d, grads[i] = tost_block_backward(d, caches[i])
+
+    def loss(x_, Ps_):
+        z = x_
+        for P_ in Ps_:
+            z = ref_block(z, P_, 2, causal, eps)
+        return anp.sum(z * G)
+    assert rel_err(h, _stack_ref(x, Ps, causal, eps)) < RTOL
+    gx, gPs = autograd.grad(loss, (0, 1))(x, Ps)
+    assert rel_err(d, gx) < RTOL
+    for i in range(3):
+        for k in Ps[i]:
+            assert rel_err(grads[i][k], gPs[i][k]) < RTOL, (i, k)
+
+
+def _stack_ref(x, Ps, causal, eps):
+    for P in Ps:
+        x = ref_block(x, P, 2, causal, eps)
+    return x
+
+
+def test_init():
+    P = tost_block_init(RNG(0), xp_np, 12, 3, causal=True, max_len=7, bias=False,
+                        layer_scale_init=1e-5, dtype=xp_np.float32)
+    assert set(P) == {"ln1.gamma", "ln1.beta", "tssa.W_u", "tssa.temp", "tssa.W_o",
+                      "tssa.denom_bias", "ls1.gamma", "ln2.gamma", "ln2.beta", "mlp.W1",
+                      "mlp.W2", "ls2.gamma"}
+    assert P["mlp.W1"].shape == (12, 48) and P["mlp.W2"].shape == (48, 12)
+    assert all(v.dtype == np.float32 for v in P.values())
+    np.testing.assert_allclose(P["ls1.gamma"], 1e-5)
+    np.testing.assert_allclose(P["ls2.gamma"], 1e-5)
+    assert np.all(P["ln1.gamma"] == 1) and np.all(P["ln2.beta"] == 0)
+    assert np.all(P["tssa.temp"] == 1) and np.all(P["tssa.denom_bias"] == 0)
+    Pb = tost_block_init(RNG(0), xp_np, 12, 3, dtype=xp_np.float64, mlp_ratio=2)
+    assert {"tssa.b_u", "tssa.b_o", "mlp.b1", "mlp.b2"} <= set(Pb) and "tssa.denom_bias" not in Pb
+    assert Pb["mlp.b1"].shape == (24,) and np.all(Pb["mlp.b1"] == 0)
+    assert np.all(Pb["ls1.gamma"] == 1.0)
+
+
+@pytest.mark.parametrize("causal", [False, True])
+def test_strict_device(causal):
+    xps = pytest.importorskip("array_api_strict")
+    dev = xps.Device("device1")
+    rng = np.random.default_rng(4)
+    x, G = rng.normal(size=(2, 5, 8)), rng.normal(size=(2, 5, 8))
+    P = make_params(5, causal=causal)
+    y_ref, c_ref = tost_block_forward(x, P, 2, causal=causal)
+    dx_ref, g_ref = tost_block_backward(G, c_ref)
+    to = lambda a: xps.asarray(np.asarray(a, dtype=np.float32), device=dev)
+    y, cache = tost_block_forward(to(x), {k: to(v) for k, v in P.items()}, 2, causal=causal)
+    dx, grads = tost_block_backward(to(G), cache)
+    assert y.device == dev and dx.device == dev
+    assert y.dtype == xps.float32 and all(g.dtype == xps.float32 for g in grads.values())
+    back = lambda a: np.asarray(xps.asarray(a, device=xps.Device("CPU_DEVICE")))
+    assert rel_err(back(y), y_ref) < 1e-5
+    assert rel_err(back(dx), dx_ref) < 1e-4
+    for k in P:
+        assert rel_err(back(grads[k]), g_ref[k]) < 1e-4, k
+
+
+def test_bad_inputs():
+    rng = np.random.default_rng(6)
+    x = rng.normal(size=(2, 5, 8))
+    P = make_params(7, causal=True, max_len=4)
+    with pytest.raises(ValueError, match=r"T=5 exceeds max_len=4"):
+        tost_block_forward(x, P, 2, causal=True)
+    P = make_params(7)
+    with pytest.raises(ValueError, match=r"missing key 'ls2.gamma' of shape \(8,\)"):
+        tost_block_forward(x, {k: v for k, v in P.items() if k != "ls2.gamma"}, 2)
+    with pytest.raises(ValueError, match=r"missing key 'tssa.denom_bias'"):
+        tost_block_forward(x, P, 2, causal=True)
+    with pytest.raises(ValueError, match=r"params\['mlp.W2'\] must have shape \(32, 8\)"):
+        tost_block_forward(x, {**P, "mlp.W2": np.zeros((32, 7))}, 2)
+    with pytest.raises(ValueError, match=r"unknown key 'ln3.gamma'"):
+        tost_block_forward(x, {**P, "ln3.gamma": np.ones(8)}, 2)
+    with pytest.raises(ValueError, match=r"num_heads=3 must divide"):
+        tost_block_forward(x, P, 3)
+    with pytest.raises(ValueError, match=r"x must have 3 dimensions"):
+        tost_block_forward(x[0], P, 2)
+    with pytest.raises(ValueError, match=r"tssa.W_u"):
+        tost_block_forward(x[..., :6], P, 2)
+    _, cache = tost_block_forward(x, P, 2)
+    with pytest.raises(ValueError, match=r"dy must have shape \(2, 5, 8\)"):
+        tost_block_backward(x[:, :4], cache)
