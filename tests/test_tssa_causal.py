@@ -8,6 +8,9 @@ import autograd.numpy as anp
 import numpy as np
 import pytest
 
+import array_api_compat.numpy as xp_np
+
+import tostnp.nn.tssa as tssa_mod
 from tostnp.nn.tssa import tssa_forward, tssa_backward
 
 RTOL = 1e-7
@@ -70,7 +73,15 @@ def naive_loop(x, P, h):
     return y
 
 
-def make(seed, B=2, T=6, C=8, h=2, max_len=9, bias=True):
+@pytest.fixture(params=[32, 3], ids=["plain-scan", "blocked-scan"])
+def scan_block(request, monkeypatch):
+    """Run a test with the default scan block (T < 2 blocks: plain cumulative_sum) and with
+    blocks of 3 tokens, so that the blocked prefix/suffix sums (and their tails) are used."""
+    monkeypatch.setattr(tssa_mod, "_SCAN_BLOCK", request.param)
+    return request.param
+
+
+def make(seed, B=2, T=8, C=8, h=2, max_len=9, bias=True):
     rng = np.random.default_rng(seed)
     P = {"W_u": rng.normal(size=(C, C)) * 0.5, "temp": rng.uniform(0.5, 2.0, size=(h, 1)),
          "W_o": rng.normal(size=(C, C)) * 0.5,
@@ -81,18 +92,18 @@ def make(seed, B=2, T=6, C=8, h=2, max_len=9, bias=True):
     return rng.normal(size=(B, T, C)), P, rng.normal(size=(B, T, C))
 
 
-def test_forward_matches_reference_and_naive_loop():
+def test_forward_matches_reference_and_naive_loop(scan_block):
     x, P, _ = make(0)
     y, cache = tssa_forward(x, P, 2, causal=True)
     assert rel_err(y, ref_causal(x, P, 2)) < RTOL
     assert rel_err(y, naive_loop(x, P, 2)) < RTOL
     Pi = np.asarray(cache["Pi"])
-    assert Pi.shape == (2, 2, 6)
+    assert Pi.shape == (2, 2, 8)
     np.testing.assert_allclose(Pi.sum(axis=1), 1.0, rtol=1e-12)
 
 
 @pytest.mark.parametrize("bias", [True, False])
-def test_backward_matches_autograd(bias):
+def test_backward_matches_autograd(bias, scan_block):
     x, P, G = make(1, bias=bias, C=12, h=3)
     _, cache = tssa_forward(x, P, 3, causal=True)
     dx, grads = tssa_backward(G, cache)
@@ -103,10 +114,10 @@ def test_backward_matches_autograd(bias):
         assert grads[k].shape == P[k].shape, k
         assert rel_err(grads[k], gP[k]) < RTOL, k
     # positions >= T of denom_bias are unused
-    assert np.all(grads["denom_bias"][:, 6:] == 0)
+    assert np.all(grads["denom_bias"][:, 8:] == 0)
 
 
-def test_backward_with_a_zero_prefix_hits_the_clamp():
+def test_backward_with_a_zero_prefix_hits_the_clamp(scan_block):
     # the first tokens map to w = 0 in one coordinate: S1 is clamped at 1e-12 there
     x, P, G = make(2, bias=False)
     x[:, :2] = 0.0
@@ -119,7 +130,7 @@ def test_backward_with_a_zero_prefix_hits_the_clamp():
         assert rel_err(grads[k], gP[k]) < RTOL, k
 
 
-def test_no_dependence_on_the_future():
+def test_no_dependence_on_the_future(scan_block):
     x, P, G = make(3, T=8)
     y, cache = tssa_forward(x, P, 2, causal=True)
     rng = np.random.default_rng(30)
@@ -135,6 +146,16 @@ def test_no_dependence_on_the_future():
         dx, _ = tssa_backward(Gt, cache)
         assert np.all(dx[:, t + 1:] == 0.0)
         assert np.any(dx[:, :t + 1] != 0.0)
+
+
+@pytest.mark.parametrize("L", [2, 3, 4])
+@pytest.mark.parametrize("T", [1, 4, 7, 12])
+def test_blocked_scan_equals_cumsum(monkeypatch, L, T):
+    monkeypatch.setattr(tssa_mod, "_SCAN_BLOCK", L)
+    a = np.random.default_rng(T).normal(size=(2, T, 3))
+    np.testing.assert_allclose(tssa_mod._scan(a, xp_np), np.cumsum(a, axis=1), rtol=1e-12, atol=1e-12)
+    suffix = np.cumsum(a[:, ::-1], axis=1)[:, ::-1]
+    np.testing.assert_allclose(tssa_mod._scan(a, xp_np, reverse=True), suffix, rtol=1e-12, atol=1e-12)
 
 
 def test_single_token():
@@ -157,10 +178,10 @@ def test_decode_state_in_cache_is_the_prefix_statistics():
     np.testing.assert_allclose(st["S1"], (w ** 2).sum(axis=1), rtol=1e-12)
     np.testing.assert_allclose(st["S3"], Pi.sum(axis=1), rtol=1e-12)
     np.testing.assert_allclose(st["S2"], (np.repeat(Pi, 4, axis=-1) * w ** 2).sum(axis=1), rtol=1e-12)
-    assert st["t"] == 6
+    assert st["t"] == 8
 
 
-def test_strict_device_forward_backward():
+def test_strict_device_forward_backward(scan_block):
     xps = pytest.importorskip("array_api_strict")
     dev = xps.Device("device1")
     x, P, G = make(6)
