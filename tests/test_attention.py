@@ -147,6 +147,31 @@ def test_attention_grads(kind, causal, bias):
                 lambda x, P: ref(x, P, H, causal), x, P)
 
 
+@pytest.mark.parametrize("causal", [False, True])
+def test_softmax_attention_row_blocks(monkeypatch, causal):
+    """The blocked path (query rows in chunks; causal chunks skip future keys) is exact."""
+    r = np.random.default_rng(19)
+    n = 11
+    x = r.standard_normal((B, n, C))
+    P = make_params(20, QKV, True)
+    y1, c1 = A.softmax_attention_forward(x, P, H, causal=causal)
+    monkeypatch.setattr(A, "_BLOCK_ELEMS", B * H * n * 3)         # blocks of 3, 3, 3, 2 rows
+    assert len(A._row_blocks(B * H, n, n, causal)) == 4
+    y2, c2 = A.softmax_attention_forward(x, P, H, causal=causal)
+    assert rel_err(y2, y1) < 1e-13
+    full = np.zeros((B, H, n, n))                                  # reassemble A from its blocks
+    for (i0, i1, nk), blk in c2[5]:
+        full[..., i0:i1, :nk] = blk
+    assert rel_err(full, c1[5][0][1]) < 1e-13
+    assert np.allclose(full.sum(-1), 1.0)
+    if causal:                                                     # no weight on the future
+        assert [nk for (_, _, nk), _ in c2[5]] == [3, 6, 9, 11]
+        assert np.array_equal(full, np.tril(full))
+    check_layer(lambda x, P: A.softmax_attention_forward(x, P, H, causal=causal),
+                A.softmax_attention_backward,
+                lambda x, P: ref_softmax_attention(x, P, H, causal), x, P)
+
+
 @pytest.mark.parametrize("bias", [True, False])
 def test_class_attention_grads(bias):
     x = np.random.default_rng(4).standard_normal((B, 1 + N, C))
@@ -192,7 +217,10 @@ def test_causal_outputs_ignore_the_future(kind):
         assert not np.allclose(fwd(x2, P, H, causal=False)[0][:, 0], fwd(x, P, H)[0][:, 0])
 
 
-def test_causal_linear_attention_equals_prefix_loop():
+@pytest.mark.parametrize("chunk", [64, 4, 5, 1])
+def test_causal_linear_attention_equals_prefix_loop(monkeypatch, chunk):
+    """Chunked prefix sums (one chunk; 3 chunks; 3 chunks with padding; 1 token each)."""
+    monkeypatch.setattr(A, "_LIN_CHUNK", chunk)
     r = np.random.default_rng(10)
     n = 12
     x = r.standard_normal((B, n, C))
@@ -201,6 +229,16 @@ def test_causal_linear_attention_equals_prefix_loop():
     # per prefix: run the NON-causal layer on x[:, :t+1] and keep its last row
     loop = np.stack([A.linear_attention_forward(x[:, :t + 1], P, H)[0][:, t] for t in range(n)], 1)
     assert rel_err(y, loop) < 1e-12
+
+
+@pytest.mark.parametrize("chunk", [4, 3])
+def test_causal_linear_attention_chunked_grads(monkeypatch, chunk):
+    monkeypatch.setattr(A, "_LIN_CHUNK", chunk)                   # N = 11: padded last chunk
+    x = np.random.default_rng(21).standard_normal((B, 11, C))
+    P = make_params(22, QKV, True)
+    check_layer(lambda x, P: A.linear_attention_forward(x, P, H, causal=True),
+                A.linear_attention_backward,
+                lambda x, P: ref_linear_attention(x, P, H, True), x, P)
 
 
 def test_causal_softmax_equals_prefix_loop_and_large_scores():
@@ -242,9 +280,17 @@ def to_np(a):
 
 
 @pytest.mark.parametrize("name,causal", [("softmax", False), ("softmax", True), ("linear", False),
-                                         ("linear", True), ("class", False)])
-def test_strict_device_matches_numpy(name, causal):
+                                         ("linear", True), ("class", False),
+                                         ("softmax-blocked", False), ("softmax-blocked", True),
+                                         ("linear-chunked", True)])
+def test_strict_device_matches_numpy(name, causal, monkeypatch):
     r = np.random.default_rng(15)
+    if name == "softmax-blocked":
+        monkeypatch.setattr(A, "_BLOCK_ELEMS", B * H * N * 2)     # row blocks of 2
+        name = "softmax"
+    if name == "linear-chunked":
+        monkeypatch.setattr(A, "_LIN_CHUNK", 2)                    # N = 5: 3 chunks, padded
+        name = "linear"
     if name == "class":
         fwd, bwd = (lambda x, P: A.class_attention_forward(x, P, H)), A.class_attention_backward
         x, P = r.standard_normal((B, 1 + N, C)), make_params(16, CLS, True)

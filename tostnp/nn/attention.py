@@ -43,7 +43,7 @@ def _qkv_spec(C):
 
 
 def _split(xp, a, m, h):
-    """(B, N, m*C) -> (m, B, h, N, p): m stacked projections (e.g. q, k, v), each split into heads."""
+    """(B, N, m*C) -> (m, B, h, N, p): m stacked projections (q, k, v), each split into heads."""
     B, N, mC = a.shape
     p = mC // (m * h)
     a = xp.reshape(a, (B, N, m, h, p))
@@ -63,38 +63,86 @@ def _rename(grads, suffix):
     return {f"{k}_{suffix}": v for k, v in grads.items()}
 
 
-def _softmax_core_forward(xp, qs, k, v, causal):
-    """o = softmax(qs k^T [+ causal mask]) v, rows over keys.
+# Softmax attention is computed in blocks of query rows so that every temporary (scores, their
+# gradient) stays below _BLOCK_ELEMS elements; the attention weights A are kept for the
+# backward pass as a list of row blocks (O(N^2) memory in all). Causal blocks stop at their
+# last query's key, which skips about half of the work and of the memory.
+_BLOCK_ELEMS = 1 << 26                 # 256 MB of float32 per temporary
 
-    qs: (B, h, Nq, p) queries already scaled by 1/sqrt(p); k, v: (B, h, Nk, p)
-    -> o (B, h, Nq, p), A (B, h, Nq, Nk).
+
+def _row_blocks(batch, Nq, Nk, causal):
+    """[(i0, i1, nk)]: query rows i0..i1-1 see keys 0..nk-1."""
+    rows = max(1, _BLOCK_ELEMS // max(1, batch * Nk))
+    if causal and Nq >= 512:
+        rows = min(rows, -(-Nq // 8))  # >= 8 blocks, so the skipped future keys add up
+    return [(i0, min(Nq, i0 + rows), min(Nq, i0 + rows) if causal else Nk)
+            for i0 in range(0, Nq, rows)]
+
+
+def _softmax_rows(xp, qs, k, i0, causal):
+    """Rows i0.. of A = softmax(qs k^T [+ causal mask]), over keys.
+
+    qs: (B, h, r, p) scaled queries i0..i0+r-1; k: (B, h, nk, p) -> A block (B, h, r, nk).
     """
-    s = qs @ xp.matrix_transpose(k)                                # (B, h, Nq, Nk)
+    s = qs @ xp.matrix_transpose(k)                                # (B, h, r, nk)
     if causal:
-        Nq, Nk = s.shape[-2], s.shape[-1]
+        r, nk = s.shape[-2], s.shape[-1]
         dev = backend.device_of(s)
-        keep = (xp.reshape(xp.arange(Nq, device=dev), (Nq, 1))
-                >= xp.reshape(xp.arange(Nk, device=dev), (1, Nk)))  # (Nq, Nk) key j <= query i
-        # mask before the max-subtraction: a future score must not set the row's shift
-        s = xp.where(keep, s, xp.asarray(-math.inf, dtype=s.dtype, device=dev))
+        keep = (xp.reshape(xp.arange(i0, i0 + r, device=dev), (r, 1))
+                >= xp.reshape(xp.arange(nk, device=dev), (1, nk)))  # (r, nk) key j <= query i
+        # an additive 0 / -inf mask, in place, BEFORE the max-subtraction: a future score
+        # must not set the row's shift (every row keeps its diagonal, so no row is all -inf)
+        s += xp.where(keep, xp.zeros((), dtype=s.dtype, device=dev),
+                      xp.full((), -math.inf, dtype=s.dtype, device=dev))
     s -= xp.max(s, axis=-1, keepdims=True)
-    A = xp.exp(s)                                                  # (B, h, Nq, Nk)
+    A = xp.exp(s)                                                  # (B, h, r, nk)
     del s
     A /= xp.sum(A, axis=-1, keepdims=True)
-    return A @ v, A                                                # (B, h, Nq, p)
+    return A
+
+
+def _softmax_core_forward(xp, qs, k, v, causal):
+    """o = A v with A = softmax(qs k^T [+ causal mask]), rows over keys.
+
+    qs: (B, h, Nq, p) queries already scaled by 1/sqrt(p); k, v: (B, h, Nk, p)
+    -> o (B, h, Nq, p), A as a list of row blocks [((i0, i1, nk), A[..., i0:i1, :nk])],
+    each (B, h, i1 - i0, nk); one block (B, h, Nq, Nk) when it fits in _BLOCK_ELEMS.
+    """
+    B, h, Nq, p = qs.shape
+    blocks = _row_blocks(B * h, Nq, k.shape[2], causal)
+    A, outs = [], []
+    for i0, i1, nk in blocks:
+        A_blk = _softmax_rows(xp, qs[..., i0:i1, :], k[..., :nk, :], i0, causal)
+        A.append(((i0, i1, nk), A_blk))
+        outs.append(A_blk @ v[..., :nk, :])                        # (B, h, i1 - i0, p)
+    o = outs[0] if len(outs) == 1 else xp.concat(outs, axis=2)     # (B, h, Nq, p)
+    return o, A
 
 
 def _softmax_core_backward(xp, dO, qs, k, v, A, o):
     """Gradients of o = A v, A = softmax(qs k^T): returns d(qs), dk, dv, each like its input.
 
-    dS = A * (dA - rowsum(dA * A)), and rowsum(dA * A)_i = dO_i . o_i (no N x N temporary).
+    dS = A * (dA - rowsum(dA * A)) with dA = dO v^T, and rowsum(dA * A)_i = dO_i . o_i.
     """
-    dv = xp.matrix_transpose(A) @ dO                               # (B, h, Nk, p)
-    dS = dO @ xp.matrix_transpose(v)                               # (B, h, Nq, Nk)  dA
-    dS -= xp.sum(dO * o, axis=-1, keepdims=True)
-    dS *= A                                                        # masked entries: A = 0
-    dqs = dS @ k                                                   # (B, h, Nq, p)
-    dk = xp.matrix_transpose(dS) @ qs                              # (B, h, Nk, p)
+    if len(A) == 1:
+        dk = dv = None
+    else:
+        dk = xp.zeros(k.shape, dtype=k.dtype, device=backend.device_of(k))
+        dv = xp.zeros(v.shape, dtype=v.dtype, device=backend.device_of(v))
+    dqs = []
+    for (i0, i1, nk), A_blk in A:                                  # A_blk (B, h, r, nk)
+        dO_blk = dO[..., i0:i1, :]                                 # (B, h, r, p)
+        dS = dO_blk @ xp.matrix_transpose(v[..., :nk, :])          # (B, h, r, nk)  dA
+        dS -= xp.sum(dO_blk * o[..., i0:i1, :], axis=-1, keepdims=True)
+        dS *= A_blk                                                # masked entries: A = 0
+        dqs.append(dS @ k[..., :nk, :])                            # (B, h, r, p)
+        if dk is None:                                             # a single block
+            dv = xp.matrix_transpose(A_blk) @ dO_blk               # (B, h, Nk, p)
+            dk = xp.matrix_transpose(dS) @ qs                      # (B, h, Nk, p)
+        else:
+            dv[..., :nk, :] += xp.matrix_transpose(A_blk) @ dO_blk
+            dk[..., :nk, :] += xp.matrix_transpose(dS) @ qs[..., i0:i1, :]
+    dqs = dqs[0] if len(dqs) == 1 else xp.concat(dqs, axis=2)      # (B, h, Nq, p)
     return dqs, dk, dv
 
 
@@ -106,7 +154,8 @@ def softmax_attention_forward(x, params, num_heads, causal=False):
 
     x: (B, N, C); params {"W_qkv": (C, 3C), "b_qkv": (3C,) opt, "W_o": (C, C), "b_o": (C,) opt};
     num_heads: h dividing C; causal: query i sees keys j <= i -> y: (B, N, C).
-    Memory O(B h N^2): the attention matrix A (B, h, N, N) is kept for the backward pass.
+    Memory O(B h N^2): the weights A (B, h, N, N), in row blocks and only up to the diagonal
+    when causal, are kept for the backward pass; other temporaries stay below _BLOCK_ELEMS.
     """
     xp = _check_x_heads(x, num_heads, "softmax_attention")
     C = x.shape[2]
@@ -114,7 +163,7 @@ def softmax_attention_forward(x, params, num_heads, causal=False):
     scale = 1.0 / math.sqrt(C // num_heads)
     qkv, c_qkv = linear_forward(x, params["W_qkv"], params.get("b_qkv"))   # (B, N, 3C)
     a = _split(xp, qkv, 3, num_heads)                              # (3, B, h, N, p)
-    qs, k, v = a[0, ...] * scale, a[1, ...], a[2, ...]                            # (B, h, N, p) each
+    qs, k, v = a[0, ...] * scale, a[1, ...], a[2, ...]             # (B, h, N, p) each
     o, A = _softmax_core_forward(xp, qs, k, v, causal)             # (B, h, N, p)
     om = _merge(xp, [o])                                           # (B, N, C)
     y, c_o = linear_forward(om, params["W_o"], params.get("b_o"))  # (B, N, C)
@@ -127,7 +176,7 @@ def softmax_attention_backward(dy, cache):
     xp = backend.namespace(dy)
     h = qs.shape[1]
     dom, g_o = linear_backward(dy, c_o)                            # (B, N, C)
-    dO = _split(xp, dom, 1, h)[0, ...]                                  # (B, h, N, p)
+    dO = _split(xp, dom, 1, h)[0, ...]                             # (B, h, N, p)
     dqs, dk, dv = _softmax_core_backward(xp, dO, qs, k, v, A, o)
     dqkv = _merge(xp, [dqs * scale, dk, dv])                       # (B, N, 3C)
     dx, g_qkv = linear_backward(dqkv, c_qkv)                       # (B, N, C)
@@ -142,47 +191,115 @@ def softmax_attention_backward(dy, cache):
 def _phi(xp, a):
     """phi(a) = elu(a) + 1 and its derivative: a + 1 for a > 0, exp(a) otherwise (both > 0)."""
     pos = a > 0
-    e = xp.exp(-xp.abs(a))                                         # = exp(a) where a <= 0; no overflow
+    e = xp.exp(-xp.abs(a))                                         # exp(a) where a <= 0, no overflow
     phi = xp.where(pos, a + 1.0, e)
     dphi = e + xp.astype(pos, a.dtype) * (1.0 - e)                 # 1 where a > 0, else exp(a)
     return phi, dphi
 
 
-def _revcumsum(xp, a, axis):
-    """Suffix sums along ``axis``: out_s = sum_{t >= s} a_t."""
-    return xp.flip(xp.cumulative_sum(xp.flip(a, axis=axis), axis=axis), axis=axis)
+# Causal linear attention is computed in chunks of _LIN_CHUNK tokens (the "chunked" form):
+# inside a chunk a masked c x c product, across chunks the prefix sums of the per-chunk
+# statistics K_c^T V_c (p x p) and sum K_c. Same numbers as the per-token prefix sums
+# S_i = sum_{j<=i} phi(k_j) v_j^T, but all the work is matmul and memory is O(N (c + p^2/c)).
+_LIN_CHUNK = 64
+
+
+def _excl_cumsum(xp, a):
+    """Exclusive prefix sums along axis 2: out_n = sum_{m < n} a_m."""
+    # (not include_initial=True: array_api_strict 2.3 builds its zeros on the wrong device)
+    head = xp.zeros_like(a[:, :, :1, ...])
+    return xp.concat([head, xp.cumulative_sum(a[:, :, :-1, ...], axis=2)], axis=2)
+
+
+def _excl_revcumsum(xp, a):
+    """Exclusive suffix sums along axis 2: out_n = sum_{m > n} a_m."""
+    return xp.flip(_excl_cumsum(xp, xp.flip(a, axis=2)), axis=2)
+
+
+def _chunks(xp, a, c, fill):
+    """(B, h, N, p) -> (B, h, nc, c, p), nc = ceil(N / c), the end padded with ``fill``."""
+    B, h, N, p = a.shape
+    nc = -(-N // c)
+    if nc * c > N:
+        pad = xp.full((B, h, nc * c - N, p), fill, dtype=a.dtype, device=backend.device_of(a))
+        a = xp.concat([a, pad], axis=2)
+    return xp.reshape(a, (B, h, nc, c, p))
+
+
+def _unchunk(xp, a, N):
+    """(B, h, nc, c, p) -> (B, h, N, p), dropping the padding."""
+    B, h, nc, c, p = a.shape
+    return xp.reshape(a, (B, h, nc * c, p))[:, :, :N, :]
+
+
+def _causal_linear_forward(xp, Q, K, v):
+    """o_i = Q_i^T S_i / (Q_i . z_i) with S_i = sum_{j<=i} K_j v_j^T, z_i = sum_{j<=i} K_j.
+
+    Q, K, v: (B, h, N, p), Q and K > 0 -> o (B, h, N, p) and the chunked arrays for backward.
+    """
+    N = Q.shape[2]
+    c = min(N, _LIN_CHUNK)
+    dev = backend.device_of(Q)
+    Qc = _chunks(xp, Q, c, 1.0)        # (B, h, nc, c, p); padded queries 1 keep den > 0, dropped
+    Kc = _chunks(xp, K, c, 0.0)        # padded keys and values add nothing
+    vc = _chunks(xp, v, c, 0.0)
+    r = xp.arange(c, device=dev)
+    M = xp.astype(xp.reshape(r, (c, 1)) >= xp.reshape(r, (1, c)), Q.dtype)   # (c, c) j <= i
+    Att = (Qc @ xp.matrix_transpose(Kc)) * M                       # (B, h, nc, c, c)
+    Sp = _excl_cumsum(xp, xp.matrix_transpose(Kc) @ vc)            # (B, h, nc, p, p) earlier chunks
+    zp = _excl_cumsum(xp, xp.sum(Kc, axis=3, keepdims=True))       # (B, h, nc, 1, p)
+    num = Qc @ Sp + Att @ vc                                       # (B, h, nc, c, p)
+    den = Qc @ xp.matrix_transpose(zp) + xp.sum(Att, axis=-1, keepdims=True)   # (B, h, nc, c, 1)
+    oc = num / den                                                 # (B, h, nc, c, p)
+    return _unchunk(xp, oc, N), (Qc, Kc, vc, M, Sp, zp, den, oc)
+
+
+def _causal_linear_backward(xp, dO, saved):
+    """Gradients of _causal_linear_forward: dO (B, h, N, p) -> dQ, dK, dv, each (B, h, N, p)."""
+    Qc, Kc, vc, M, Sp, zp, den, oc = saved
+    N = dO.shape[2]
+    dOc = _chunks(xp, dO, Qc.shape[3], 0.0)                        # (B, h, nc, c, p)
+    dnum = dOc / den                                               # (B, h, nc, c, p)
+    dden = -xp.sum(dOc * oc, axis=-1, keepdims=True) / den         # (B, h, nc, c, 1)
+    dAtt = (dnum @ xp.matrix_transpose(vc) + dden) * M             # (B, h, nc, c, c)
+    Att = (Qc @ xp.matrix_transpose(Kc)) * M                       # recomputed (B, h, nc, c, c)
+    dQ = dnum @ xp.matrix_transpose(Sp) + dden * zp + dAtt @ Kc   # (B, h, nc, c, p)
+    # Sp of chunk n sums chunks m < n, so chunk m receives the gradients of all later chunks
+    G = _excl_revcumsum(xp, xp.matrix_transpose(Qc) @ dnum)        # (B, h, nc, p, p)
+    gz = _excl_revcumsum(xp, xp.matrix_transpose(dden) @ Qc)       # (B, h, nc, 1, p)
+    dK = xp.matrix_transpose(dAtt) @ Qc + vc @ xp.matrix_transpose(G) + gz
+    dv = xp.matrix_transpose(Att) @ dnum + Kc @ G
+    return _unchunk(xp, dQ, N), _unchunk(xp, dK, N), _unchunk(xp, dv, N)
 
 
 def linear_attention_forward(x, params, num_heads, causal=False):
     """Multi-head linear attention: out_i = phi(q_i)^T S / (phi(q_i)^T z), phi = elu + 1.
 
     Non-causal: S = sum_j phi(k_j) v_j^T (p, p), z = sum_j phi(k_j) (p,), per batch and head.
-    Causal: S_i, z_i are prefix sums over j <= i (cumulative_sum; memory O(B h N p^2)).
+    Causal: S_i, z_i are prefix sums over j <= i, computed chunk-wise (c = _LIN_CHUNK tokens):
+    time O(B h N p (c + p)), memory O(B h N (c + p^2 / c)); no N x N matrix.
     x: (B, N, C); params as softmax_attention_forward; num_heads: h -> y: (B, N, C).
+    There is no epsilon in the denominator (phi > 0), as in the formula; inputs so negative
+    that every phi(q_i) underflows to 0 give 0/0.
     """
     xp = _check_x_heads(x, num_heads, "linear_attention")
     C = x.shape[2]
     _check_params(params, _qkv_spec(C), x, "linear_attention")
     qkv, c_qkv = linear_forward(x, params["W_qkv"], params.get("b_qkv"))   # (B, N, 3C)
     a = _split(xp, qkv, 3, num_heads)                              # (3, B, h, N, p)
-    Q, dQphi = _phi(xp, a[0, ...])                                      # (B, h, N, p)
-    K, dKphi = _phi(xp, a[1, ...])                                      # (B, h, N, p)
-    v = a[2, ...]                                                     # (B, h, N, p)
-    B, h, N, p = Q.shape
+    Q, dQphi = _phi(xp, a[0, ...])                                 # (B, h, N, p)
+    K, dKphi = _phi(xp, a[1, ...])                                 # (B, h, N, p)
+    v = a[2, ...]                                                  # (B, h, N, p)
     if causal:
-        S = xp.cumulative_sum(xp.reshape(K, (B, h, N, p, 1)) * xp.reshape(v, (B, h, N, 1, p)),
-                              axis=2)                              # (B, h, N, p, p)
-        z = xp.cumulative_sum(K, axis=2)                           # (B, h, N, p)
-        num = xp.reshape(xp.reshape(Q, (B, h, N, 1, p)) @ S, (B, h, N, p))
-        den = xp.sum(Q * z, axis=-1, keepdims=True)                # (B, h, N, 1)
+        o, saved = _causal_linear_forward(xp, Q, K, v)             # (B, h, N, p)
     else:
         S = xp.matrix_transpose(K) @ v                             # (B, h, p, p)
         z = xp.sum(K, axis=2, keepdims=True)                       # (B, h, 1, p)
-        num = Q @ S                                                # (B, h, N, p)
         den = Q @ xp.matrix_transpose(z)                           # (B, h, N, 1)
-    o = num / den                                                  # (B, h, N, p)
+        o = (Q @ S) / den                                          # (B, h, N, p)
+        saved = (Q, K, v, S, z, den, o)
     y, c_o = linear_forward(_merge(xp, [o]), params["W_o"], params.get("b_o"))
-    return y, (c_qkv, c_o, Q, dQphi, K, dKphi, v, S, z, den, o, causal)
+    return y, (c_qkv, c_o, dQphi, dKphi, saved, causal)
 
 
 def linear_attention_backward(dy, cache):
@@ -190,24 +307,20 @@ def linear_attention_backward(dy, cache):
 
     With num = Q S, den = Q . z, o = num / den:
     dnum = dO / den, dden = -(dO . o) / den, dQ = dnum S^T + dden z,
-    dS = sum_i Q_i dnum_i^T (suffix sums when causal), dz = sum_i dden_i Q_i,
-    dK_j = dS v_j + dz, dv_j = dS^T K_j, then through phi.
+    dS = sum_i Q_i dnum_i^T, dz = sum_i dden_i Q_i, dK_j = dS v_j + dz, dv_j = dS^T K_j,
+    then through phi. Causal: the same per chunk, plus suffix sums over later chunks.
     """
-    c_qkv, c_o, Q, dQphi, K, dKphi, v, S, z, den, o, causal = cache
+    c_qkv, c_o, dQphi, dKphi, saved, causal = cache
     xp = backend.namespace(dy)
-    B, h, N, p = Q.shape
+    h = dQphi.shape[1]
     dom, g_o = linear_backward(dy, c_o)                            # (B, N, C)
-    dO = _split(xp, dom, 1, h)[0, ...]                                  # (B, h, N, p)
-    dnum = dO / den                                                # (B, h, N, p)
-    dden = -xp.sum(dO * o, axis=-1, keepdims=True) / den          # (B, h, N, 1)
+    dO = _split(xp, dom, 1, h)[0, ...]                             # (B, h, N, p)
     if causal:
-        dQ = xp.reshape(S @ xp.reshape(dnum, (B, h, N, p, 1)), (B, h, N, p)) + dden * z
-        G = _revcumsum(xp, xp.reshape(Q, (B, h, N, p, 1)) * xp.reshape(dnum, (B, h, N, 1, p)),
-                       axis=2)                                     # (B, h, N, p, p) dS_j
-        dz = _revcumsum(xp, dden * Q, axis=2)                      # (B, h, N, p)
-        dK = xp.reshape(G @ xp.reshape(v, (B, h, N, p, 1)), (B, h, N, p)) + dz
-        dv = xp.reshape(xp.reshape(K, (B, h, N, 1, p)) @ G, (B, h, N, p))
+        dQ, dK, dv = _causal_linear_backward(xp, dO, saved)
     else:
+        Q, K, v, S, z, den, o = saved
+        dnum = dO / den                                            # (B, h, N, p)
+        dden = -xp.sum(dO * o, axis=-1, keepdims=True) / den      # (B, h, N, 1)
         dQ = dnum @ xp.matrix_transpose(S) + dden * z              # (B, h, N, p)
         dS = xp.matrix_transpose(Q) @ dnum                         # (B, h, p, p)
         dz = xp.matrix_transpose(dden) @ Q                         # (B, h, 1, p)
@@ -241,10 +354,10 @@ def class_attention_forward(x, params, num_heads):
     scale = 1.0 / math.sqrt(C // h)
     q, c_q = linear_forward(x[:, 0:1, :], params["W_q"], params.get("b_q"))   # (B, 1, C)
     kv, c_kv = linear_forward(x, params["W_kv"], params.get("b_kv"))          # (B, 1+N, 2C)
-    qs = _split(xp, q, 1, h)[0, ...] * scale                            # (B, h, 1, p)
+    qs = _split(xp, q, 1, h)[0, ...] * scale                       # (B, h, 1, p)
     a = _split(xp, kv, 2, h)                                       # (2, B, h, 1+N, p)
     k, v = a[0, ...], a[1, ...]
-    o, A = _softmax_core_forward(xp, qs, k, v, causal=False)       # (B, h, 1, p), A (B, h, 1, 1+N)
+    o, A = _softmax_core_forward(xp, qs, k, v, causal=False)       # (B, h, 1, p); A (B, h, 1, 1+N)
     y, c_o = linear_forward(_merge(xp, [o]), params["W_o"], params.get("b_o"))  # (B, 1, C)
     return y, (c_q, c_kv, c_o, qs, k, v, A, o, scale)
 
@@ -255,7 +368,7 @@ def class_attention_backward(dy, cache):
     xp = backend.namespace(dy)
     h = qs.shape[1]
     dom, g_o = linear_backward(dy, c_o)                            # (B, 1, C)
-    dO = _split(xp, dom, 1, h)[0, ...]                                  # (B, h, 1, p)
+    dO = _split(xp, dom, 1, h)[0, ...]                             # (B, h, 1, p)
     dqs, dk, dv = _softmax_core_backward(xp, dO, qs, k, v, A, o)
     dx0, g_q = linear_backward(_merge(xp, [dqs * scale]), c_q)     # (B, 1, C)
     dx, g_kv = linear_backward(_merge(xp, [dk, dv]), c_kv)         # (B, 1+N, C)
