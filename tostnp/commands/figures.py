@@ -1,9 +1,42 @@
-"""(not yet built)"""
+"""Interpretability figures from a vision checkpoint: memberships and compression by depth.
+
+    python -m tostnp figures --checkpoint runs/vision [--out runs/vision]
+
+Writes memberships.png (the membership Pi of each head of the last block, on the patch grid,
+over test images), compression.png and compression.json (R^var_c measured at each layer, trained
+vs initial model; the exact definition is in tostnp/figures.py).
+"""
+from __future__ import annotations
+
+import os
+import sys
+
+from ._common import add_device_argument, get_xp_or_exit
 
 
-def add_arguments(parser):
-    pass
+def add_arguments(parser) -> None:
+    parser.add_argument("--checkpoint", required=True,
+                        help="run directory or checkpoint prefix of a vision run")
+    parser.add_argument("--out", default=None, help="output directory [the checkpoint's]")
+    parser.add_argument("--num-images", type=int, default=4, help="images in the Pi figure [4]")
+    parser.add_argument("--data-dir", default=None, help="where MNIST/CIFAR-10 live")
+    add_device_argument(parser)
 
 
-def run(args):
-    raise SystemExit("this command is not built yet")
+def run(args) -> int:
+    xp = get_xp_or_exit(args.device)
+    if xp is None:
+        return 2
+    from ..figures import vision_figures
+    from ..models import resolve_checkpoint
+    try:
+        prefix = resolve_checkpoint(args.checkpoint)
+        out = args.out or os.path.dirname(os.path.abspath(prefix))
+        paths = vision_figures(prefix, out, xp=xp, num_images=args.num_images,
+                               data_dir=args.data_dir)
+    except (FileNotFoundError, ValueError) as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    for p in paths:
+        print(p)
+    return 0

@@ -1,0 +1,62 @@
+"""ToST models built from :mod:`tostnp.nn`: an image classifier and a causal language model.
+
+* :mod:`tostnp.models.configs` -- dataclass configs and named presets
+  ("tiny-digits", "T", "S"; "tiny-char", "base").
+* :mod:`tostnp.models.vision`  -- patch embedding, ToST blocks, class-attention pooling, head.
+* :mod:`tostnp.models.lm`      -- causal ToST LM with a tied head and an O(1)-per-token sampler.
+* :mod:`tostnp.models.tasks`   -- model + data + loss + evaluation, for :func:`tostnp.train.train`.
+
+Parameters are always ONE flat dict with dotted names ("blocks.0.tssa.W_u").
+:func:`load_model` rebuilds a model from a checkpoint written by the training loop.
+"""
+from __future__ import annotations
+
+import os
+
+from .. import backend
+from .configs import (VisionConfig, LMConfig, VISION_CONFIGS, LM_CONFIGS, get_vision_config,
+                      get_lm_config)
+from .vision import vision_init, vision_forward, vision_backward, vision_loss_and_grads, \
+    vision_predict
+from .lm import lm_init, lm_forward, lm_backward, lm_loss_and_grads, lm_generate
+from ._params import num_params
+
+__all__ = ["VisionConfig", "LMConfig", "VISION_CONFIGS", "LM_CONFIGS", "get_vision_config",
+           "get_lm_config", "vision_init", "vision_forward", "vision_backward",
+           "vision_loss_and_grads", "vision_predict", "lm_init", "lm_forward", "lm_backward",
+           "lm_loss_and_grads", "lm_generate", "num_params", "load_model", "resolve_checkpoint"]
+
+
+def resolve_checkpoint(path: str) -> str:
+    """A run directory (holding checkpoint.npz/.json) or a checkpoint prefix/file -> prefix."""
+    if os.path.isdir(path):
+        path = os.path.join(path, "checkpoint")
+    for suffix in (".npz", ".json"):
+        if path.endswith(suffix):
+            path = path[: -len(suffix)]
+    if not os.path.isfile(path + ".json"):
+        raise FileNotFoundError(f"no checkpoint at {path!r} (expected {path}.json and "
+                                f"{path}.npz, or a run directory holding checkpoint.*)")
+    return path
+
+
+def load_model(path: str, xp=None, device=None, dtype=None):
+    """Load a training checkpoint -> (kind "vision"|"lm", cfg, params, config dict).
+
+    xp: namespace (default NumPy); dtype default float32. ``config`` is everything the training
+    run stored (model and train configs, data name, tokenizer, ...).
+    """
+    from ..checkpoint import load_checkpoint
+    prefix = resolve_checkpoint(path)
+    host, config, _, _ = load_checkpoint(prefix)
+    xp = backend.get_xp("cpu") if xp is None else xp
+    dtype = xp.float32 if dtype is None else dtype
+    kind = config.get("task")
+    if kind == "vision":
+        cfg = VisionConfig(**config["model"]).validate()
+    elif kind == "lm":
+        cfg = LMConfig(**config["model"]).validate()
+    else:
+        raise ValueError(f"checkpoint {prefix!r} has unknown task {kind!r}")
+    params = {k: backend.from_host(xp, v, dtype=dtype, device=device) for k, v in host.items()}
+    return kind, cfg, params, config

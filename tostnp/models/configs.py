@@ -1,0 +1,133 @@
+"""Model configurations: dataclasses with every default in one place (nanoGPT ``GPTConfig`` style).
+
+Named presets live in :data:`VISION_CONFIGS` and :data:`LM_CONFIGS`; the CLI starts from a preset
+and overrides single fields (``--width``, ``--depth``, ...) with :func:`dataclasses.replace`.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, fields, replace
+
+__all__ = ["VisionConfig", "LMConfig", "VISION_CONFIGS", "LM_CONFIGS", "get_vision_config",
+           "get_lm_config"]
+
+
+@dataclass(frozen=True)
+class VisionConfig:
+    """A ToST image classifier (see :mod:`tostnp.models.vision`).
+
+    image_size: side of the square input image; in_chans: its channels (channels-last input);
+    patch_size: side of a square patch (image_size must be a multiple), N = (image_size/patch)^2;
+    width C, depth (ToST blocks), num_heads h (C % h == 0), mlp_ratio (hidden = mlp_ratio * C);
+    pool: "cls" (class-attention blocks, the CLS token is the only query -> linear cost) or
+    "mean" (mean of the patch tokens); num_cls_blocks: class-attention blocks when pool="cls";
+    layer_scale_init: LayerScale gamma init (1.0 for shallow vision models, tost-math §5);
+    ln_eps: LayerNorm eps (1e-6 for vision).
+    """
+    image_size: int = 8
+    in_chans: int = 1
+    patch_size: int = 2
+    num_classes: int = 10
+    width: int = 64
+    depth: int = 3
+    num_heads: int = 4
+    mlp_ratio: int = 2
+    pool: str = "cls"
+    num_cls_blocks: int = 1
+    layer_scale_init: float = 1.0
+    ln_eps: float = 1e-6
+    init_std: float = 0.02
+
+    @property
+    def num_patches(self) -> int:
+        return (self.image_size // self.patch_size) ** 2
+
+    @property
+    def grid(self) -> int:
+        return self.image_size // self.patch_size
+
+    def validate(self) -> "VisionConfig":
+        if self.image_size % self.patch_size:
+            raise ValueError(f"image_size ({self.image_size}) must be a multiple of "
+                             f"patch_size ({self.patch_size})")
+        if self.width % self.num_heads:
+            raise ValueError(f"width ({self.width}) must be a multiple of num_heads "
+                             f"({self.num_heads})")
+        if self.pool not in ("cls", "mean"):
+            raise ValueError(f"pool must be 'cls' or 'mean', got {self.pool!r}")
+        for f in ("image_size", "in_chans", "patch_size", "num_classes", "width", "depth",
+                  "num_heads", "mlp_ratio"):
+            if getattr(self, f) < 1:
+                raise ValueError(f"{f} must be >= 1, got {getattr(self, f)}")
+        return self
+
+
+@dataclass(frozen=True)
+class LMConfig:
+    """A causal ToST language model (see :mod:`tostnp.models.lm`).
+
+    vocab_size V, block_size (max context T; the causal TSSA denom_bias has this many rows),
+    width C, depth, num_heads h, mlp_ratio; layer_scale_init 1e-5 (tost-math §5 for LMs);
+    ln_eps 1e-5; init_std 0.02 (output projections get init_std / sqrt(2 * depth)).
+    No biases anywhere (the LayerNorms keep their beta shift, see lm.py).
+    """
+    vocab_size: int = 65
+    block_size: int = 128
+    width: int = 128
+    depth: int = 4
+    num_heads: int = 4
+    mlp_ratio: int = 4
+    layer_scale_init: float = 1e-5
+    ln_eps: float = 1e-5
+    init_std: float = 0.02
+
+    def validate(self) -> "LMConfig":
+        if self.width % self.num_heads:
+            raise ValueError(f"width ({self.width}) must be a multiple of num_heads "
+                             f"({self.num_heads})")
+        for f in ("vocab_size", "block_size", "width", "depth", "num_heads", "mlp_ratio"):
+            if getattr(self, f) < 1:
+                raise ValueError(f"{f} must be >= 1, got {getattr(self, f)}")
+        return self
+
+
+VISION_CONFIGS = {
+    # CPU: sklearn digits, 8x8x1, patch 2 -> 16 tokens.
+    "tiny-digits": VisionConfig(),
+    # MNIST 28x28x1, patch 4 -> 49 tokens.
+    "tiny-mnist": VisionConfig(image_size=28, patch_size=4, width=96, depth=4, num_heads=4),
+    # CIFAR-10 32x32x3, patch 4 -> 64 tokens.
+    "tiny-cifar": VisionConfig(image_size=32, in_chans=3, patch_size=4, width=128, depth=6,
+                               num_heads=4, mlp_ratio=4),
+    # Published sizes (ImageNet 224, patch 16 -> 196 tokens); for GPU users, not trained here.
+    "T": VisionConfig(image_size=224, in_chans=3, patch_size=16, num_classes=1000, width=192,
+                      depth=12, num_heads=4, mlp_ratio=4, num_cls_blocks=2),
+    "S": VisionConfig(image_size=224, in_chans=3, patch_size=16, num_classes=1000, width=384,
+                      depth=12, num_heads=8, mlp_ratio=4, num_cls_blocks=2),
+}
+
+LM_CONFIGS = {
+    # CPU-sized character-level model (vocab_size is set from the corpus).
+    "tiny-char": LMConfig(),
+    # ToST-Base (GPT-2 sized; instantiate only): 12 layers, 12 heads, 768 wide, GPT-2 vocab.
+    "base": LMConfig(vocab_size=50304, block_size=1024, width=768, depth=12, num_heads=12),
+}
+
+
+def _get(table, name, overrides):
+    if name not in table:
+        raise ValueError(f"unknown config {name!r}; choose one of {sorted(table)}")
+    known = {f.name for f in fields(table[name])}
+    bad = set(overrides) - known
+    if bad:
+        raise ValueError(f"unknown config field(s) {sorted(bad)}; fields are {sorted(known)}")
+    return replace(table[name], **{k: v for k, v in overrides.items() if v is not None})
+
+
+def get_vision_config(name: str = "tiny-digits", **overrides) -> VisionConfig:
+    """Preset ``name`` with fields replaced by the non-None ``overrides``."""
+    return _get(VISION_CONFIGS, name, overrides).validate()
+
+
+def get_lm_config(name: str = "tiny-char", **overrides) -> LMConfig:
+    """Preset ``name`` with fields replaced by the non-None ``overrides``."""
+    return _get(LM_CONFIGS, name, overrides).validate()

@@ -1,0 +1,207 @@
+"""Tasks for :func:`tostnp.train.train`: a model plus its data, batching, loss and evaluation.
+
+A task provides ``kind``, ``cfg``, ``title``, ``xp``/``device``/``dtype``, and
+
+    init_params(rng) -> params                 next_batch() -> host batch
+    loss_and_grads(params, batch) -> (loss, grads, extra metrics)
+    evaluate(params) -> {"name": float}        meta() -> JSON-able dict for the checkpoint
+    data_state() -> (json_state, arrays)       set_data_state(json_state, arrays)
+
+Data stay on the host (NumPy, like a data loader); each minibatch is moved to the compute device
+with :func:`tostnp.backend.from_host`. All randomness in the data pipeline (epoch order,
+augmentation, LM windows) comes from one seeded :class:`tostnp.backend.RNG` per task whose state
+is part of ``data_state``, so a resumed run sees exactly the batches of an uninterrupted one.
+"""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from .. import backend
+from ..data import sample_lm_batch, unigram_bits_per_char
+from .vision import vision_init, vision_forward, vision_loss_and_grads
+from .lm import lm_init, lm_forward, lm_loss_and_grads
+from ..nn.layers import softmax_cross_entropy_forward
+
+__all__ = ["VisionTask", "LMTask", "random_shift", "load_vision_data", "load_lm_text"]
+
+
+def load_vision_data(name: str = "digits", data_dir: str | None = None):
+    """(X_train, y_train, X_test, y_test) host arrays for "digits" | "mnist" | "cifar10"."""
+    from .. import data
+    if name == "digits":
+        return data.load_digits_split()
+    if name in ("mnist", "cifar10"):
+        if not data_dir:
+            raise ValueError(f"--data {name} needs --data-dir: the directory holding the "
+                             f"downloaded files (tostnp never downloads)")
+        return data.load_mnist(data_dir) if name == "mnist" else data.load_cifar10(data_dir)
+    raise ValueError(f"data must be 'digits', 'mnist' or 'cifar10', got {name!r}")
+
+
+def load_lm_text(path: str | None = None, val_fraction: float = 0.1, tokenizer=None):
+    """-> (train_ids, val_ids, tokenizer): the corpus at ``path`` (default corpus if None),
+    character-tokenised (with ``tokenizer`` if given, e.g. from a checkpoint)."""
+    from .. import data
+    text = data.load_text(path)
+    tok = data.CharTokenizer(text) if tokenizer is None else tokenizer
+    train_ids, val_ids = data.train_val_split(tok.encode(text), val_fraction)
+    return train_ids, val_ids, tok
+
+
+def random_shift(X: np.ndarray, max_shift: int, rng) -> np.ndarray:
+    """Host augmentation: translate each image by up to ``max_shift`` pixels (zero fill).
+
+    X: (B, H, W, C) host array -> (B, H, W, C). Draws 2 integers per image from ``rng``.
+    """
+    if max_shift <= 0:
+        return X
+    B, H, W, _ = X.shape
+    s = max_shift
+    pad = np.pad(X, ((0, 0), (s, s), (s, s), (0, 0)))
+    dy = rng.integers(0, 2 * s + 1, size=B)
+    dx = rng.integers(0, 2 * s + 1, size=B)
+    rows = dy[:, None] + np.arange(H)[None, :]                          # (B, H)
+    cols = dx[:, None] + np.arange(W)[None, :]                          # (B, W)
+    return pad[np.arange(B)[:, None, None], rows[:, :, None], cols[:, None, :]]
+
+
+class VisionTask:
+    kind = "vision"
+
+    def __init__(self, cfg, data, *, batch_size, seed=0, augment_shift=0, xp=None, device=None,
+                 dtype=None, data_name="digits", eval_batch_size=500, extra_meta=None):
+        self.cfg = cfg
+        self.X_train, self.y_train, self.X_test, self.y_test = data
+        if tuple(self.X_train.shape[1:]) != (cfg.image_size, cfg.image_size, cfg.in_chans):
+            raise ValueError(f"the {data_name} images have shape {self.X_train.shape[1:]}, but "
+                             f"the config expects ({cfg.image_size}, {cfg.image_size}, "
+                             f"{cfg.in_chans}); pick a matching --config")
+        self.batch_size = min(int(batch_size), len(self.X_train))
+        self.augment_shift = int(augment_shift)
+        self.xp = backend.get_xp("cpu") if xp is None else xp
+        self.device = device
+        self.dtype = self.xp.float32 if dtype is None else dtype
+        self.data_name = data_name
+        self.eval_batch_size = eval_batch_size
+        self.extra_meta = dict(extra_meta or {})
+        self.title = f"ToST on {data_name}"
+        self.rng = backend.RNG(seed + 1)  # data order + augmentation (init uses RNG(seed))
+        self.perm = self.rng.permutation(len(self.X_train))
+        self.pos = 0
+
+    @property
+    def steps_per_epoch(self) -> int:
+        return len(self.X_train) // self.batch_size
+
+    def init_params(self, rng):
+        return vision_init(self.cfg, rng, self.xp, self.dtype, self.device)
+
+    def _to_device(self, X, y):
+        xp = self.xp
+        return (backend.from_host(xp, X, dtype=self.dtype, device=self.device),
+                backend.from_host(xp, y, dtype=xp.int64, device=self.device))
+
+    def next_batch(self):
+        """Epochs of a fixed-size batches (the incomplete tail of an epoch is skipped)."""
+        if self.pos + self.batch_size > len(self.perm):
+            self.perm = self.rng.permutation(len(self.X_train))
+            self.pos = 0
+        idx = self.perm[self.pos:self.pos + self.batch_size]
+        self.pos += self.batch_size
+        X = random_shift(self.X_train[idx], self.augment_shift, self.rng)
+        return self._to_device(X, self.y_train[idx])
+
+    def loss_and_grads(self, params, batch):
+        images, labels = batch
+        loss, grads, logits = vision_loss_and_grads(params, images, labels, self.cfg)
+        xp = self.xp
+        acc = xp.mean(xp.astype(xp.argmax(logits, axis=-1) == labels, self.dtype))
+        return loss, grads, {"acc": acc}
+
+    def evaluate(self, params) -> dict:
+        """Loss and accuracy on the whole test set."""
+        xp = self.xp
+        tot_loss, correct, n = 0.0, 0, len(self.X_test)
+        for s in range(0, n, self.eval_batch_size):
+            X, y = self._to_device(self.X_test[s:s + self.eval_batch_size],
+                                   self.y_test[s:s + self.eval_batch_size])
+            logits, _ = vision_forward(X, params, self.cfg)
+            loss, _ = softmax_cross_entropy_forward(logits, y)
+            tot_loss += float(loss) * y.shape[0]
+            correct += int(xp.sum(xp.astype(xp.argmax(logits, axis=-1) == y, xp.int64)))
+        return {"test_loss": tot_loss / n, "test_acc": correct / n}
+
+    def data_state(self):
+        return {"rng": self.rng.get_state(), "pos": self.pos}, {"perm": self.perm}
+
+    def set_data_state(self, state, arrays):
+        self.rng.set_state(state["rng"])
+        self.pos = int(state["pos"])
+        self.perm = np.asarray(arrays["perm"])
+
+    def meta(self) -> dict:
+        return {"data": self.data_name, "augment_shift": self.augment_shift, **self.extra_meta}
+
+
+class LMTask:
+    kind = "lm"
+
+    def __init__(self, cfg, train_ids, val_ids, tokenizer, *, batch_size, seed=0,
+                 eval_batches=8, xp=None, device=None, dtype=None, text_name="default corpus",
+                 extra_meta=None):
+        self.cfg = cfg
+        self.train_ids, self.val_ids, self.tokenizer = train_ids, val_ids, tokenizer
+        self.batch_size = int(batch_size)
+        self.eval_batches = int(eval_batches)
+        self.xp = backend.get_xp("cpu") if xp is None else xp
+        self.device = device
+        self.dtype = self.xp.float32 if dtype is None else dtype
+        self.text_name = text_name
+        self.title = f"ToST char-LM on {text_name}"
+        self.rng = backend.RNG(seed + 1)
+        self.seed = seed
+        self.extra_meta = dict(extra_meta or {})
+        self.unigram = unigram_bits_per_char(train_ids, val_ids, cfg.vocab_size)
+
+    def init_params(self, rng):
+        return lm_init(self.cfg, rng, self.xp, self.dtype, self.device)
+
+    def _to_device(self, x, y):
+        xp = self.xp
+        return (backend.from_host(xp, x, dtype=xp.int64, device=self.device),
+                backend.from_host(xp, y, dtype=xp.int64, device=self.device))
+
+    def next_batch(self):
+        return self._to_device(*sample_lm_batch(self.train_ids, self.batch_size,
+                                                self.cfg.block_size, self.rng))
+
+    def loss_and_grads(self, params, batch):
+        ids, targets = batch
+        loss, grads, _ = lm_loss_and_grads(params, ids, targets, self.cfg)
+        return loss, grads, {}
+
+    def evaluate(self, params) -> dict:
+        """Mean loss over ``eval_batches`` fixed validation windows (same windows every time)."""
+        rng = backend.RNG(10_000 + self.seed)
+        T = min(self.cfg.block_size, len(self.val_ids) - 1)
+        tot = 0.0
+        for _ in range(self.eval_batches):
+            x, y = self._to_device(*sample_lm_batch(self.val_ids, self.batch_size, T, rng))
+            logits, _ = lm_forward(x, params, self.cfg)
+            loss, _ = softmax_cross_entropy_forward(logits, y)
+            tot += float(loss)
+        val = tot / self.eval_batches
+        return {"val_loss": val, "val_bpc": val / math.log(2.0)}
+
+    def data_state(self):
+        return {"rng": self.rng.get_state()}, {}
+
+    def set_data_state(self, state, arrays):
+        self.rng.set_state(state["rng"])
+
+    def meta(self) -> dict:
+        return {"tokenizer": self.tokenizer.to_dict(), "text": self.text_name,
+                "unigram_nats": self.unigram["nats"], "unigram_bits": self.unigram["bits"],
+                "eval_batches": self.eval_batches, **self.extra_meta}
