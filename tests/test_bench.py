@@ -1,0 +1,107 @@
+"""Smoke test of ``python -m tostnp bench``: tiny sizes through the CLI entry, no timing asserts."""
+import json
+import math
+import os
+
+import pytest
+
+from tostnp import bench
+from tostnp.__main__ import main
+
+
+def _numbers(obj):
+    """Every int/float leaf of a JSON value (bools excluded)."""
+    if isinstance(obj, bool) or obj is None or isinstance(obj, str):
+        return []
+    if isinstance(obj, (int, float)):
+        return [obj]
+    if isinstance(obj, dict):
+        return [v for x in obj.values() for v in _numbers(x)]
+    if isinstance(obj, list):
+        return [v for x in obj for v in _numbers(x)]
+    return []
+
+
+@pytest.fixture(scope="module")
+def quick_run(tmp_path_factory):
+    out = tmp_path_factory.mktemp("bench")
+    rc = main(["bench", "--quick", "--sizes", "32", "64", "--batch", "1", "--width", "24",
+               "--heads", "2", "--repeats", "1", "--warmup", "0", "--no-progress",
+               "--out", str(out)])
+    with open(out / "bench.json") as f:
+        return rc, out, json.load(f)
+
+
+def test_exit_status_and_files(quick_run):
+    rc, out, _ = quick_run
+    assert rc == 0
+    for name in ("bench.json", "bench_time.png", "bench_memory.png", "bench_decode.png"):
+        path = out / name
+        assert path.is_file() and path.stat().st_size > 1000, name
+        if name.endswith(".png"):
+            assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    # atomic writes leave no temporary files behind
+    assert not [p for p in os.listdir(out) if p.startswith(".tmp-")]
+
+
+def test_every_section_has_positive_finite_numbers(quick_run):
+    _, _, r = quick_run
+    assert set(r) >= {"meta", "reference_matmuls", "layers", "decode", "train", "targets"}
+    assert r["meta"]["sizes"] == [32, 64] and r["meta"]["width"] == 24
+    for N in ("32", "64"):
+        ref = r["reference_matmuls"][N]
+        assert set(ref) == {"x@W_s", "xT@dy_s", "fwd_2mm_s", "fwdbwd_6mm_s"}
+        for name in bench.LAYERS:
+            e = r["layers"][name][N]
+            for key in ("fwd_s", "fwdbwd_s", "fwd_peak_bytes", "fwdbwd_peak_bytes"):
+                assert key in e, (name, N, key)
+    assert set(r["decode"]) == {"16", "32"}
+    assert set(r["train"]) == {"vision:tiny-digits", "lm:tiny-char"}
+    assert r["train"]["vision:tiny-digits"]["images_per_s"] > 0
+    assert r["train"]["lm:tiny-char"]["tokens_per_s"] > 0
+    for section in ("reference_matmuls", "layers", "decode", "train"):
+        nums = _numbers(r[section])
+        assert nums, section
+        assert all(math.isfinite(v) and v > 0 for v in nums), section
+    # forward+backward allocates more than the forward alone (the gradients)
+    for name in bench.LAYERS:
+        e = r["layers"][name]["64"]
+        assert e["fwdbwd_peak_bytes"] >= e["fwd_peak_bytes"] > 0
+
+
+def test_targets_listed_and_unmeasured_at_tiny_sizes(quick_run):
+    _, _, r = quick_run
+    assert len(r["targets"]) == 7
+    assert all(t["status"] == "not measured" and t["value"] is None for t in r["targets"])
+
+
+def test_skips_sizes_over_the_memory_budget(tmp_path):
+    rc = main(["bench", "--quick", "--sizes", "64", "--max-mem-gb", "0.00001", "--no-train",
+               "--no-progress", "--contexts", "8", "--out", str(tmp_path)])
+    assert rc == 0
+    r = json.loads((tmp_path / "bench.json").read_text())
+    for name in bench.LAYERS:
+        assert "skipped" in r["layers"][name]["64"]
+    assert r["train"] == {"skipped": "--no-train"}
+
+
+def test_targets_pass_and_miss():
+    ref = {"4096": {"fwd_2mm_s": 1.0, "fwdbwd_6mm_s": 3.0}}
+    layers = {"tssa": {"1024": {"fwdbwd_s": 1.0, "fwdbwd_peak_bytes": 10},
+                       "16384": {"fwdbwd_s": 25.0, "fwdbwd_peak_bytes": 170},
+                       "4096": {"fwd_s": 1.2, "fwdbwd_s": 4.0, "fwdbwd_peak_bytes": 10}},
+              "softmax": {"4096": {"fwdbwd_s": 40.0, "fwdbwd_peak_bytes": 50}}}
+    dec = {"256": {"per_token_s": 1.0}, "8192": {"per_token_s": 1.1}}
+    t = bench.evaluate_targets({"reference_matmuls": ref, "layers": layers, "decode": dec})
+    assert [x["status"] for x in t] == ["MISS", "PASS", "PASS", "MISS", "PASS", "PASS", "PASS"]
+    assert t[0]["value"] == pytest.approx(25.0) and t[3]["value"] == pytest.approx(5.0)
+
+
+def test_bad_options_and_missing_gpu(tmp_path, capsys, monkeypatch):
+    assert main(["bench", "--quick", "--width", "25", "--heads", "2",
+                 "--out", str(tmp_path)]) == 1
+    assert "--heads" in capsys.readouterr().err
+    monkeypatch.setattr(bench.backend, "gpu_available", lambda: False)
+    assert main(["bench", "--quick", "--device", "gpu", "--out", str(tmp_path / "g")]) == 2
+    assert "GPU" in capsys.readouterr().err
+    assert not (tmp_path / "g").exists()
