@@ -106,7 +106,7 @@ def plot_memberships(images_host, Pi_host, grid: int, path: str, title: str = ""
             a.imshow(Pi_host[i, k].reshape(grid, grid), cmap="magma", alpha=0.6, vmin=0,
                      vmax=1, extent=ext, interpolation="nearest")
             if i == 0:
-                a.set_title(f"head {k}: $\\Pi_{{{k}}}$", fontsize=9)
+                a.set_title(f"head {k}: Π_{k}", fontsize=9)
         seg = Pi_host[i].argmax(axis=0).reshape(grid, grid)
         axes[i, h + 1].imshow(shown, cmap="gray" if img.shape[-1] == 1 else None)
         axes[i, h + 1].imshow(seg, cmap="tab10", alpha=0.55, vmin=0, vmax=9, extent=ext,
@@ -116,7 +116,7 @@ def plot_memberships(images_host, Pi_host, grid: int, path: str, title: str = ""
             axes[i, h + 1].set_title("argmax head", fontsize=9)
     for a in axes.ravel():
         a.set_xticks([]); a.set_yticks([])
-    fig.suptitle(title or "TSSA memberships $\\Pi$ (last block) on the patch grid", fontsize=10)
+    fig.suptitle(title or "TSSA memberships Π (last block) on the patch grid", fontsize=10)
     fig.tight_layout()
     _savefig_atomic(fig, path)
     plt.close(fig)
@@ -135,7 +135,7 @@ def plot_compression(curves: dict, path: str, title: str = "") -> str:
         ax.plot(layers, r_in, ls, marker="o", color=color, label=f"{label}: TSSA input")
         ax.plot(layers, r_out, ls, marker="v", color=color, alpha=0.6,
                 label=f"{label}: after TSSA update")
-    ax.set_xlabel("layer"); ax.set_ylabel("$R^{var}_c$ (nats, mean over images)")
+    ax.set_xlabel("layer"); ax.set_ylabel("R^var_c (nats, mean over images)")
     ax.set_xticks(np.arange(1, len(r_in) + 1))
     ax.grid(alpha=0.3); ax.legend(fontsize=7)
     ax.set_title(title or "variational compression at each layer", fontsize=10)

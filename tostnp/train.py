@@ -129,7 +129,9 @@ def train(task, tcfg: TrainConfig, out_dir: str, *, resume: bool = False,
     bar = None
     if progress:
         from tqdm.auto import tqdm
-        bar = tqdm(total=stop, initial=start, desc="train", dynamic_ncols=True)
+        # disable=None: a bar on a terminal, nothing when the output is piped to a file
+        bar = tqdm(total=stop, initial=start, desc="train", dynamic_ncols=True, disable=None,
+                   mininterval=0.5)
     t0 = time.perf_counter()
     with open(metrics_path, "a") as mf:
         def log(rec):

@@ -21,21 +21,23 @@ class VisionConfig:
     pool: "cls" (class-attention blocks, the CLS token is the only query -> linear cost) or
     "mean" (mean of the patch tokens); num_cls_blocks: class-attention blocks when pool="cls";
     layer_scale_init: LayerScale gamma init (1.0 for shallow vision models, tost-math §5);
-    ln_eps: LayerNorm eps (1e-6 for vision).
+    ln_eps: LayerNorm eps (1e-6 for vision); init_std: std of the weight matrices (0.02 as
+    published; the tiny digits preset uses 0.1, which on 1347 training images reaches 97% in
+    about half the epochs -- measured, see commands/train.py).
     """
     image_size: int = 8
     in_chans: int = 1
     patch_size: int = 2
     num_classes: int = 10
     width: int = 64
-    depth: int = 3
+    depth: int = 2
     num_heads: int = 4
     mlp_ratio: int = 2
     pool: str = "cls"
     num_cls_blocks: int = 1
     layer_scale_init: float = 1.0
     ln_eps: float = 1e-6
-    init_std: float = 0.02
+    init_std: float = 0.1
 
     @property
     def num_patches(self) -> int:
@@ -94,15 +96,16 @@ VISION_CONFIGS = {
     # CPU: sklearn digits, 8x8x1, patch 2 -> 16 tokens.
     "tiny-digits": VisionConfig(),
     # MNIST 28x28x1, patch 4 -> 49 tokens.
-    "tiny-mnist": VisionConfig(image_size=28, patch_size=4, width=96, depth=4, num_heads=4),
+    "tiny-mnist": VisionConfig(image_size=28, patch_size=4, width=96, depth=4, num_heads=4,
+                               init_std=0.02),
     # CIFAR-10 32x32x3, patch 4 -> 64 tokens.
     "tiny-cifar": VisionConfig(image_size=32, in_chans=3, patch_size=4, width=128, depth=6,
-                               num_heads=4, mlp_ratio=4),
+                               num_heads=4, mlp_ratio=4, init_std=0.02),
     # Published sizes (ImageNet 224, patch 16 -> 196 tokens); for GPU users, not trained here.
     "T": VisionConfig(image_size=224, in_chans=3, patch_size=16, num_classes=1000, width=192,
-                      depth=12, num_heads=4, mlp_ratio=4, num_cls_blocks=2),
+                      depth=12, num_heads=4, mlp_ratio=4, num_cls_blocks=2, init_std=0.02),
     "S": VisionConfig(image_size=224, in_chans=3, patch_size=16, num_classes=1000, width=384,
-                      depth=12, num_heads=8, mlp_ratio=4, num_cls_blocks=2),
+                      depth=12, num_heads=8, mlp_ratio=4, num_cls_blocks=2, init_std=0.02),
 }
 
 LM_CONFIGS = {
