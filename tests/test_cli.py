@@ -72,3 +72,11 @@ def test_help_everywhere(cmd, capsys):
 def test_missing_checkpoint_is_a_clear_error(tmp_path, capsys):
     assert main(["evaluate", "--checkpoint", str(tmp_path / "nope")]) == 2
     assert "no checkpoint" in capsys.readouterr().err
+
+
+def test_missing_data_is_a_clear_error(tmp_path, capsys):
+    assert main(["train", "vision", "--data", "mnist", "--out", str(tmp_path)]) == 2
+    assert "--data-dir" in capsys.readouterr().err
+    assert main(["train", "lm", "--text", str(tmp_path / "none.txt"), "--out",
+                 str(tmp_path)]) == 2
+    assert "does not exist" in capsys.readouterr().err

@@ -73,7 +73,7 @@ class LMConfig:
     No biases anywhere (the LayerNorms keep their beta shift, see lm.py).
     """
     vocab_size: int = 65
-    block_size: int = 128
+    block_size: int = 64
     width: int = 128
     depth: int = 4
     num_heads: int = 4
