@@ -220,24 +220,33 @@ def _project_in(x, params, xp):
 
 def _full_forward(x, params, h, p, xp):
     B, N, C = x.shape
-    E = _head_indicator(xp, C, h, x.dtype, device_of(x))                         # (C, h)
+    dt, dev = x.dtype, device_of(x)
+    E = _head_indicator(xp, C, h, dt, dev)                                       # (C, h)
+    Et = xp.matrix_transpose(E)                                                  # (h, C)
     temp = xp.reshape(params["temp"], (1, 1, h))                                 # (1, 1, h)
 
     w = _project_in(x, params, xp)                                               # (B, N, C)
     sq = w * w                                                                   # (B, N, C)
     S1 = xp.sum(sq, axis=1)                                                      # (B, C)
     inv_S1 = 1.0 / xp.clip(S1, min=_NORM_EPS2)                                   # (B, C)
-    q = sq @ (E * xp.reshape(inv_S1, (B, C, 1)))                                 # (B, N, h)
+    # q_nk = sum_{c in k} sq_nc inv_S1_c: a dot product over each head's p coordinates
+    q = xp.vecdot(_heads(sq, h, p, xp), xp.reshape(inv_S1, (B, 1, h, p)))        # (B, N, h)
     Pi = _softmax_heads(temp * q, xp)                                            # (B, N, h)
+    Pic = _per_coord(Pi, xp)                                                     # (B, N, h, 1)
 
     D = xp.sum(Pi, axis=1) + _PI_EPS                                             # (B, h)
-    # sq^T Pi (C x h per batch: a tall matmul, fast) holds sum_n Pi_nk sq_nc for every (c, k);
-    # keep the entries with c in head k
-    S2 = xp.sum((xp.matrix_transpose(sq) @ Pi) * E, axis=-1)                     # (B, C)
-    m = S2 / (D @ xp.matrix_transpose(E))                                        # (B, C)
+    a = _merge(_heads(w, h, p, xp) * Pic, xp)                                    # (B, N, C)  w Pi
+    # S2_c = sum_n Pi_nk sq_nc: turn sq (our own temporary, not cached) into Pi sq in place,
+    # then sum. (In-place products skip the write-allocate read of a fresh array; and plain
+    # xp.sum beats the skinny matmul Pi^T sq when other jobs share the cores, where small
+    # multi-threaded BLAS calls stall on thread synchronisation.) Backward recomputes sq.
+    sq4 = _heads(sq, h, p, xp)                                                   # (B, N, h, p)
+    sq4 *= Pic
+    S2 = xp.sum(_merge(sq4, xp), axis=1)                                         # (B, C)
+    del sq, sq4
+    m = S2 / (D @ Et)                                                            # (B, C)
     r = 1.0 / (1.0 + m)                                                          # (B, C)
 
-    a = _merge(_heads(w, h, p, xp) * _per_coord(Pi, xp), xp)                     # (B, N, C)  w Pi
     # out = -a r and y = out @ W_o = a @ (diag(-r) W_o): r is per coordinate here, so fold
     # it into the weight (C x C per batch) instead of scaling the (N, C) array
     W_eff = xp.reshape(-r, (B, C, 1)) * params["W_o"]                            # (B, C, C)
@@ -245,7 +254,7 @@ def _full_forward(x, params, h, p, xp):
     if "b_o" in params:
         y += params["b_o"]
     cache = {"causal": False, "x": x, "params": params, "h": h, "p": p,
-             "w": w, "sq": sq, "S1": S1, "inv_S1": inv_S1, "q": q, "Pi_nh": Pi, "D": D,
+             "w": w, "S1": S1, "inv_S1": inv_S1, "q": q, "Pi_nh": Pi, "D": D,
              "m": m, "r": r, "a": a, "W_eff": W_eff,
              "Pi": xp.permute_dims(Pi, (0, 2, 1))}                               # (B, h, N)
     return y, cache
@@ -331,10 +340,13 @@ def _input_backward(gw, grads, cache, xp):
 def _full_backward(dy, cache, xp):
     params, h, p = cache["params"], cache["h"], cache["p"]
     B, N, C = dy.shape
-    E = _head_indicator(xp, C, h, dy.dtype, device_of(dy))                       # (C, h)
+    dt, dev = dy.dtype, device_of(dy)
+    E = _head_indicator(xp, C, h, dt, dev)                                       # (C, h)
     Et = xp.matrix_transpose(E)                                                  # (h, C)
-    w, sq, Pi, a = cache["w"], cache["sq"], cache["Pi_nh"], cache["a"]
+    w, Pi, a = cache["w"], cache["Pi_nh"], cache["a"]
     r, m, D, inv_S1 = cache["r"], cache["m"], cache["D"], cache["inv_S1"]
+    Pic = _per_coord(Pi, xp)                                                     # (B, N, h, 1)
+    sq4 = _heads(w * w, h, p, xp)        # (B, N, h, p) recomputed: cheaper than caching it
     grads = {}
     if "b_o" in params:
         grads["b_o"] = xp.sum(xp.reshape(dy, (B * N, C)), axis=0)               # (C,)
@@ -347,23 +359,28 @@ def _full_backward(dy, cache, xp):
     g_m = -g_r * r * r                                                           # (B, C)
     g_S2 = g_m / (D @ Et)                                                        # (B, C)
     g_D = -((g_m * m) @ E) / D                                                   # (B, h)
-    # Pi is used by a = w Pi, by S2 = sum_n Pi sq and by D = sum_n Pi (a broadcast back)
-    gPi = (ga * w) @ E + sq @ (E * xp.reshape(g_S2, (B, C, 1))) \
+    # Pi is used by a = w Pi, by S2 = sum_n Pi sq and by D = sum_n Pi (a broadcast back):
+    # g_Pi_nk = sum_{c in k} (ga_nc w_nc + sq_nc g_S2_c) + g_D_k, dot products over heads
+    gPi = xp.vecdot(_heads(ga, h, p, xp), _heads(w, h, p, xp)) \
+        + xp.vecdot(sq4, xp.reshape(g_S2, (B, 1, h, p))) \
         + xp.reshape(g_D, (B, 1, h))                                             # (B, N, h)
     gq = _softmax_backward(gPi, cache, grads, xp)                                # (B, N, h)
     # q = sq @ (E inv_S1): S1 receives -sum_n gq_nk sq_nc inv_S1_c^2 (unclamped c only)
-    t1 = xp.sum((xp.matrix_transpose(sq) @ gq) * E, axis=-1)                     # (B, C)
-    active = xp.astype(cache["S1"] > _NORM_EPS2, dy.dtype)
+    sq4 *= _per_coord(gq, xp)                     # sq is ours and not needed after this
+    t1 = xp.sum(_merge(sq4, xp), axis=1)                                         # (B, C)
+    del sq4
+    active = xp.astype(cache["S1"] > _NORM_EPS2, dt)
     g_S1 = -t1 * inv_S1 * inv_S1 * active                                        # (B, C)
     # g_sq_nc = Pi_nk g_S2_c + gq_nk inv_S1_c + g_S1_c: one matmul with inner dim 2h + 1
-    A = xp.concat([Pi, gq, xp.ones((B, N, 1), dtype=dy.dtype, device=device_of(dy))],
-                  axis=-1)                                                       # (B, N, 2h+1)
+    A = xp.concat([Pi, gq, xp.ones((B, N, 1), dtype=dt, device=dev)], axis=-1)   # (B, N, 2h+1)
     Bm = xp.concat([Et * xp.reshape(2.0 * g_S2, (B, 1, C)),
                     Et * xp.reshape(2.0 * inv_S1, (B, 1, C)),
                     xp.reshape(2.0 * g_S1, (B, 1, C))], axis=1)                  # (B, 2h+1, C)
     gw = A @ Bm                                                                  # (B, N, C) 2 g_sq
     gw *= w                                                                      # 2 w g_sq
-    gw += _merge(_heads(ga, h, p, xp) * _per_coord(Pi, xp), xp)                  # + g_a Pi
+    ga4 = _heads(ga, h, p, xp)                                                   # view of ga
+    ga4 *= Pic                                                                   # ga is ours
+    gw += _merge(ga4, xp)                                                        # + g_a Pi
     if "denom_bias" in params:
         grads["denom_bias"] = xp.zeros_like(params["denom_bias"])
     return _input_backward(gw, grads, cache, xp), grads
