@@ -276,21 +276,29 @@ def _causal_forward(x, params, h, p, xp):
     state_S1 = xp.asarray(S1[:, T - 1, :], copy=True)                            # (B, C)
     del S1
     ratio = sq * inv_S1                                                          # (B, T, C)
-    q = ratio @ E + float(p) * bias                                              # (B, T, h)
+    # head sums over the p coordinates (contiguous) instead of the skinny matmul ratio @ E:
+    # small multi-threaded BLAS calls stall when other jobs share the cores
+    q = xp.sum(_heads(ratio, h, p, xp), axis=-1) + float(p) * bias               # (B, T, h)
     Pi = _softmax_heads(temp * q, xp)                                            # (B, T, h)
 
     a = _merge(_heads(w, h, p, xp) * _per_coord(Pi, xp), xp)                     # (B, T, C)  w Pi
-    S2 = _scan(a * w, xp)                                                        # (B, T, C)
+    aw = a * w                                                                   # (B, T, C)  Pi sq
+    S2 = _scan(aw, xp)                                                           # (B, T, C)
+    del aw
     S3 = _scan(Pi, xp)                                                           # (B, T, h)
     D = S3 + _PI_EPS                                                             # (B, T, h)
     Dc = _per_coord(D, xp)                                                       # (B, T, h, 1)
-    r = _merge(Dc / (_heads(S2, h, p, xp) + Dc), xp)          # (B, T, C)  1/(1+m) = D/(D+S2)
-    v = a * r                                                                    # (B, T, C)  = -out
+    state = {"S1": state_S1, "S2": xp.asarray(S2[:, T - 1, :], copy=True),
+             "S3": xp.asarray(S3[:, T - 1, :], copy=True), "t": T}
+    S2_4 = _heads(S2, h, p, xp)                                                  # (B, T, h, p)
+    S2_4 += Dc                                   # S2 is ours: in place, D + S2
+    r = _merge(Dc / S2_4, xp)                    # (B, T, C)  1/(1+m) = D/(D+S2)
+    del S2, S2_4
+    a *= r                                       # a is ours and not cached: v = a r in place
+    v = a                                                                        # (B, T, C)  = -out
     y = xp.reshape(xp.reshape(v, (B * T, C)) @ (-params["W_o"]), (B, T, C))     # (B, T, C)
     if "b_o" in params:
         y += params["b_o"]
-    state = {"S1": state_S1, "S2": xp.asarray(S2[:, T - 1, :], copy=True),
-             "S3": xp.asarray(S3[:, T - 1, :], copy=True), "t": T}
     cache = {"causal": True, "x": x, "params": params, "h": h, "p": p,
              "w": w, "sq": sq, "inv_S1": inv_S1, "active": active, "ratio": ratio, "q": q,
              "Pi_nh": Pi, "D": D, "r": r, "v": v, "decode_state": state,
@@ -404,12 +412,20 @@ def _causal_backward(dy, cache, xp):
     ga = g_v * r                                                                 # (B, T, C)
     # dv/dS2 = -v r / D and dv/dD = v (1 - r) / D; with u = g_v v / D:
     # g_S2 = -u r =: -g_S2n and g_D_k = sum_{c in k} (u - u r)
-    u = _merge(_heads(g_v * v, h, p, xp) / Dc, xp)                               # (B, T, C)
+    u = g_v * v                                                                  # (B, T, C)
+    u4 = _heads(u, h, p, xp)                                                     # (B, T, h, p)
+    u4 /= Dc                                                                     # u = g_v v / D
     g_S2n = u * r                                                                # (B, T, C)
-    g_D = u @ E - g_S2n @ E                                                      # (B, T, h)
+    u -= g_S2n                                                                   # u - u r
+    g_D = xp.sum(_heads(u, h, p, xp), axis=-1)                                   # (B, T, h)
+    del u, u4
     # adjoints of the prefix sums S2, S3 are suffix sums
     G2n = _scan(g_S2n, xp, reverse=True)                                         # (B, T, C) = -G2
-    gPi = (ga * w) @ E - (G2n * sq) @ E + _scan(g_D, xp, reverse=True)           # (B, T, h)
+    del g_S2n
+    # head-wise dot products (vecdot) read the (B, T, C) arrays once, with no temporaries
+    gPi = xp.vecdot(_heads(ga, h, p, xp), _heads(w, h, p, xp)) \
+        - xp.vecdot(_heads(G2n, h, p, xp), _heads(sq, h, p, xp)) \
+        + _scan(g_D, xp, reverse=True)                                           # (B, T, h)
     gq = _softmax_backward(gPi, cache, grads, xp)                                # (B, T, h)
     # q_tk = sum_{c in k} sq_tc inv_S1_tc + p denom_bias[k, t]
     db = float(p) * xp.permute_dims(xp.sum(gq, axis=0), (1, 0))                  # (h, T)
@@ -422,7 +438,10 @@ def _causal_backward(dy, cache, xp):
     gqc = _per_coord(gq, xp)                                                     # (B, T, h, 1)
     # S1 receives -gq sq inv_S1^2 = -gq ratio inv_S1 (unclamped entries), sent back to sq by
     # a suffix sum: G1 = suffix(gq ratio inv_S1)
-    g1 = _merge(_heads(cache["ratio"] * cache["inv_S1"], h, p, xp) * gqc, xp)    # (B, T, C)
+    g1 = cache["ratio"] * cache["inv_S1"]                                        # (B, T, C)
+    g1_4 = _heads(g1, h, p, xp)
+    g1_4 *= gqc
+    g1 = _merge(g1_4, xp)
     if cache["active"] is not None:
         g1 *= cache["active"]
     G1 = _scan(g1, xp, reverse=True)                                             # (B, T, C)
@@ -435,7 +454,9 @@ def _causal_backward(dy, cache, xp):
     G2n *= w
     G2n *= 2.0
     ga -= G2n                                                                    # g_a - 2 w G2n
-    gw += _merge(_heads(ga, h, p, xp) * Pic, xp)
+    ga4 = _heads(ga, h, p, xp)
+    ga4 *= Pic                                                                   # ga is ours
+    gw += _merge(ga4, xp)
     return _input_backward(gw, grads, cache, xp), grads
 
 
