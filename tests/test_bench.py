@@ -28,14 +28,15 @@ def quick_run(tmp_path_factory):
     rc = main(["bench", "--quick", "--sizes", "32", "64", "--batch", "1", "--width", "24",
                "--heads", "2", "--repeats", "1", "--warmup", "0", "--no-progress",
                "--out", str(out)])
-    with open(out / "bench.json") as f:
+    with open(out / "bench_cpu.json") as f:
         return rc, out, json.load(f)
 
 
 def test_exit_status_and_files(quick_run):
     rc, out, _ = quick_run
     assert rc == 0
-    for name in ("bench.json", "bench_time.png", "bench_memory.png", "bench_decode.png"):
+    for name in ("bench_cpu.json", "bench_cpu_time.png", "bench_cpu_memory.png",
+                 "bench_cpu_decode.png"):
         path = out / name
         assert path.is_file() and path.stat().st_size > 1000, name
         if name.endswith(".png"):
@@ -79,7 +80,7 @@ def test_skips_sizes_over_the_memory_budget(tmp_path):
     rc = main(["bench", "--quick", "--sizes", "64", "--max-mem-gb", "0.00001", "--no-train",
                "--no-progress", "--contexts", "8", "--out", str(tmp_path)])
     assert rc == 0
-    r = json.loads((tmp_path / "bench.json").read_text())
+    r = json.loads((tmp_path / "bench_cpu.json").read_text())
     for name in bench.LAYERS:
         assert "skipped" in r["layers"][name]["64"]
     assert r["train"] == {"skipped": "--no-train"}

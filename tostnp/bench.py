@@ -16,11 +16,12 @@
 * the training throughput (forward, backward and AdamW step, synthetic data) of the default
   models ("tiny-digits" vision classifier, "tiny-char" language model).
 
-Timing: warm-up, then the median of ``--repeats`` runs (at most 3 when one run takes > 2 s).
+Timing: warm-up, then the median of ``--repeats`` runs; the runs are interleaved in rounds
+(each measurement once per round), so a change of load during the run hits every size alike.
 Peak memory: a separate run under ``tracemalloc`` (NumPy reports its buffers to it) on CPU, or
 the bytes the CuPy memory pool holds after a run that started from an empty pool on GPU; both
-count what the call allocates, not its inputs. Writes ``bench.json`` and log-log plots
-(``bench_time.png``, ``bench_memory.png``, ``bench_decode.png``) atomically into ``--out``, prints
+count what the call allocates, not its inputs. Writes ``bench_<device>.json`` and log-log plots
+(``bench_<device>_time.png``, ``_memory.png``, ``_decode.png``) atomically into ``--out``, prints
 a table and the issue's targets with PASS/MISS. ``--device gpu`` without a usable GPU prints
 why and exits with status 2, writing nothing.
 """
@@ -49,7 +50,6 @@ DEFAULT_CONTEXTS = [256, 512, 1024, 2048, 4096, 8192]
 LAYERS = ["tssa", "tssa_causal", "softmax", "linear"]
 LABELS = {"tssa": "TSSA", "tssa_causal": "TSSA (causal)", "softmax": "softmax attention",
           "linear": "linear attention"}
-_SLOW_RUN_S = 2.0     # runs longer than this get at most 3 repeats
 
 
 # --------------------------------------------------------------------------------------------
@@ -75,15 +75,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     r.add_argument("--device", choices=["cpu", "gpu"], default="cpu",
                    help="cpu (NumPy) or gpu (CuPy; exits with status 2 if no GPU is usable)")
     r.add_argument("--repeats", type=int, default=None,
-                   help="timed runs per measurement, median reported (default 5; --quick: 1)")
-    r.add_argument("--warmup", type=int, default=1, help="untimed runs first (default 1)")
+                   help="timed rounds, the median is reported (default 5; --quick: 1)")
+    r.add_argument("--warmup", type=int, default=1, help="untimed rounds first (default 1)")
     r.add_argument("--max-mem-gb", type=float, default=8.0,
                    help="skip a layer at a size whose estimated memory exceeds this (default 8)")
     r.add_argument("--no-train", action="store_true",
                    help="skip the training-throughput section")
     r.add_argument("--seed", type=int, default=0)
     r.add_argument("--out", default="bench_out",
-                   help="output folder for bench.json and the plots (default ./bench_out)")
+                   help="output folder for bench_<device>.json and the plots (default ./bench_out)")
     r.add_argument("--no-progress", action="store_true", help="no tqdm progress bar")
 
 
@@ -130,9 +130,9 @@ def run(args) -> int:
     result = run_benchmark(s, progress=not args.no_progress)
     result["meta"]["command"] = _command(s, args)
     os.makedirs(args.out, exist_ok=True)
-    json_path = os.path.join(args.out, "bench.json")
+    json_path = os.path.join(args.out, f"bench_{s['device']}.json")
     _atomic_write_text(json_path, json.dumps(result, indent=1, sort_keys=False) + "\n")
-    plots = write_plots(result, args.out)
+    plots = write_plots(result, args.out, prefix=f"bench_{s['device']}")
     print(format_report(result))
     print(f"wrote {json_path}" + "".join(f", {p}" for p in plots))
     return 0
@@ -182,22 +182,17 @@ class _Device:
                 tracemalloc.stop()
         return int(peak)
 
+    def time_once(self, fn) -> float:
+        t0 = time.perf_counter()
+        fn()
+        self.sync()
+        return time.perf_counter() - t0
+
     def time(self, fn, repeats: int, warmup: int) -> dict:
         """Median wall time of ``fn()`` over ``repeats`` runs after ``warmup`` runs."""
-        first = None
         for _ in range(warmup):
-            t0 = time.perf_counter()
-            fn()
-            self.sync()
-            first = time.perf_counter() - t0
-        if first is not None and first > _SLOW_RUN_S:
-            repeats = min(repeats, 3)
-        ts = []
-        for _ in range(repeats):
-            t0 = time.perf_counter()
-            fn()
-            self.sync()
-            ts.append(time.perf_counter() - t0)
+            self.time_once(fn)
+        ts = [self.time_once(fn) for _ in range(repeats)]
         return {"median_s": statistics.median(ts), "min_s": min(ts), "runs": len(ts)}
 
 
@@ -254,31 +249,28 @@ def _reference_fns(xp, B, N, C, rng, dtype):
     return {"xW": lambda: x @ W1, "xTdy": lambda: T(x) @ g, "mm2": mm2, "mm6": mm6}
 
 
-def _decode_bench(dev, s, rng, tick):
-    """Per-token time of tssa_decode_step after prefilling contexts of length T."""
+def _decode_tasks(s, rng, xp, dtype):
+    """[(T, fn)]: fn runs ``decode_steps`` steps of tssa_decode_step from a state prefilled
+    with the causal forward on a context of T tokens (cache["decode_state"])."""
     from .nn import tssa
-    xp, dtype = dev.xp, getattr(dev.xp, s["dtype"])
     B, C, h, steps = s["batch"], s["width"], s["heads"], s["decode_steps"]
     max_len = max(s["contexts"]) + steps
     params = tssa.tssa_init(rng, xp, C, h, causal=True, max_len=max_len, bias=True, dtype=dtype)
     xs = rng.normal(xp, (B, steps, C), dtype)
-    out = {}
+    xts = [xs[:, i, :] for i in range(steps)]
+    out = []
     for T in s["contexts"]:
         ctx = rng.normal(xp, (B, T, C), dtype)
         _, cache = tssa.tssa_forward(ctx, params, h, causal=True)
         state0 = cache["decode_state"]
         del cache, ctx
-        xts = [xs[:, i, :] for i in range(steps)]
 
-        def decode():
+        def decode(state0=state0, T=T):
             st = state0
             for i in range(steps):
                 y, st = tssa.tssa_decode_step(st, xts[i], params, h, T + i)
             return y
-
-        t = dev.time(decode, s["repeats"], max(1, s["warmup"]))
-        out[str(T)] = {"per_token_s": t["median_s"] / steps, "steps": steps, "runs": t["runs"]}
-        tick()
+        out.append((T, decode))
     return out
 
 
@@ -337,8 +329,15 @@ def _train_bench(dev, s, rng, tick):
 
 
 def run_benchmark(s: dict, progress: bool = True) -> dict:
-    """Run every section for settings ``s`` (see :func:`_settings`) -> the result dict."""
+    """Run every section for settings ``s`` (see :func:`_settings`) -> the result dict.
+
+    Timings are interleaved: every measurement (each size, layer, pass, reference and decoder
+    context) is run once per round, ``repeats`` rounds after ``warmup`` rounds, and the median
+    over rounds is reported. A change of machine load during the run then affects all sizes
+    alike, so the ratios between them (the targets) stay meaningful on a shared machine.
+    """
     from tqdm import tqdm
+    from .nn import tssa
     dev = _Device(s["device"])
     xp = dev.xp
     dtype = getattr(xp, s["dtype"])
@@ -348,61 +347,78 @@ def run_benchmark(s: dict, progress: bool = True) -> dict:
     budget = s["max_mem_gb"] * 2 ** 30
     load_before = _loadavg()
 
-    n_tasks = len(s["sizes"]) * (1 + len(LAYERS)) + len(s["contexts"]) + (2 if s["train"] else 0)
-    bar = tqdm(total=n_tasks, desc="bench", unit="task", disable=not progress, file=sys.stderr)
-
-    def tick(label=None):
-        if label:
-            bar.set_postfix_str(label)
-        bar.update(1)
-
+    # ---- build every timed task: (section, key, field) -> fn
+    tasks = {}
     reference, layers = {}, {name: {} for name in LAYERS}
     for N in s["sizes"]:
-        bar.set_postfix_str(f"matmuls N={N}")
         ref = _reference_fns(xp, B, N, C, rng, dtype)
-        reference[str(N)] = {
-            "x@W_s": dev.time(ref["xW"], s["repeats"], s["warmup"])["median_s"],
-            "xT@dy_s": dev.time(ref["xTdy"], s["repeats"], s["warmup"])["median_s"],
-            "fwd_2mm_s": dev.time(ref["mm2"], s["repeats"], s["warmup"])["median_s"],
-            "fwdbwd_6mm_s": dev.time(ref["mm6"], s["repeats"], s["warmup"])["median_s"],
-        }
-        del ref
-        tick()
+        for field, fn_key in (("x@W_s", "xW"), ("xT@dy_s", "xTdy"), ("fwd_2mm_s", "mm2"),
+                              ("fwdbwd_6mm_s", "mm6")):
+            tasks[("reference_matmuls", str(N), field)] = ref[fn_key]
+        reference[str(N)] = {}
         x = rng.normal(xp, (B, N, C), dtype)
         dy = rng.normal(xp, (B, N, C), dtype)
         for name in LAYERS:
-            bar.set_postfix_str(f"{name} N={N}")
             est = estimate_bytes(name, B, N, C, h, itemsize)
             if est > budget:
                 layers[name][str(N)] = {
                     "skipped": f"estimated memory {est / 2**30:.1f} GB > --max-mem-gb "
                                f"{s['max_mem_gb']:g}", "est_bytes": est}
-                tick()
                 continue
             if name in ("tssa", "tssa_causal"):
-                from .nn import tssa
                 params = tssa.tssa_init(rng, xp, C, h, causal=name == "tssa_causal",
                                         max_len=N, bias=True, dtype=dtype)
             else:
                 params = _attn_params(rng, xp, C, dtype)
             fwd, fwd_bwd = _layer_fns(name, x, dy, params, h)
-            tf = dev.time(fwd, s["repeats"], s["warmup"])
-            tfb = dev.time(fwd_bwd, s["repeats"], s["warmup"])
-            layers[name][str(N)] = {
-                "fwd_s": tf["median_s"], "fwdbwd_s": tfb["median_s"],
-                "fwd_min_s": tf["min_s"], "fwdbwd_min_s": tfb["min_s"], "runs": tfb["runs"],
-                "fwd_peak_bytes": dev.peak_bytes(fwd),
-                "fwdbwd_peak_bytes": dev.peak_bytes(fwd_bwd), "est_bytes": est}
-            del params, fwd, fwd_bwd
-            tick()
-        del x, dy
+            tasks[("layers", name, str(N), "fwd_s")] = fwd
+            tasks[("layers", name, str(N), "fwdbwd_s")] = fwd_bwd
+            layers[name][str(N)] = {"est_bytes": est}
+    decode = {}
+    steps = s["decode_steps"]
+    for T, fn in _decode_tasks(s, rng, xp, dtype):
+        tasks[("decode", str(T), "per_token_s")] = fn
+        decode[str(T)] = {"steps": steps}
 
-    bar.set_postfix_str("decoder")
-    decode = _decode_bench(dev, s, rng, tick)
+    rounds = s["warmup"] + s["repeats"]
+    n_mem = sum(1 for k in tasks if k[0] == "layers")
+    bar = tqdm(total=rounds * len(tasks) + n_mem + (2 if s["train"] else 0), desc="bench",
+               unit="run", disable=not progress, file=sys.stderr)
+    times = {k: [] for k in tasks}
+    order = list(tasks)
+    for rnd in range(rounds):
+        bar.set_postfix_str(f"round {rnd + 1}/{rounds}" + (" (warm-up)" if rnd < s["warmup"]
+                                                          else ""))
+        for k in (order if rnd % 2 == 0 else order[::-1]):   # alternate the order: no drift bias
+            t = dev.time_once(tasks[k])
+            if rnd >= s["warmup"]:
+                times[k].append(t)
+            bar.update(1)
+    for k, ts in times.items():
+        med = statistics.median(ts)
+        if k[0] == "reference_matmuls":
+            reference[k[1]][k[2]] = med
+        elif k[0] == "layers":
+            e = layers[k[1]][k[2]]
+            e[k[3]] = med
+            e[k[3].replace("_s", "_min_s")] = min(ts)
+            e["runs"] = len(ts)
+        else:
+            decode[k[1]][k[2]] = med / steps
+            decode[k[1]]["runs"] = len(ts)
+
+    # ---- peak memory: one run of each layer task under tracemalloc (or the CuPy pool)
+    bar.set_postfix_str("peak memory")
+    for k, fn in tasks.items():
+        if k[0] == "layers":
+            layers[k[1]][k[2]][k[3].replace("_s", "_peak_bytes")] = dev.peak_bytes(fn)
+            bar.update(1)
+    del tasks, order
+
     train = {}
     if s["train"]:
         bar.set_postfix_str("training")
-        train = _train_bench(dev, s, rng, tick)
+        train = _train_bench(dev, s, rng, lambda: bar.update(1))
     bar.close()
 
     result = {
@@ -549,7 +565,7 @@ def _ideal_lines(ax, Ns, anchor_N, anchor_v):
     ax.plot(Ns, anchor_v * (Ns / anchor_N) ** 2, "--", color="lightgray", label="O(N²)")
 
 
-def write_plots(result: dict, out: str) -> list:
+def write_plots(result: dict, out: str, prefix: str = "bench") -> list:
     """Log-log time and memory against N, and decoder time against context -> file paths."""
     import matplotlib
     matplotlib.use("Agg")
@@ -561,9 +577,9 @@ def write_plots(result: dict, out: str) -> list:
     styles = {"tssa": "C0", "tssa_causal": "C2", "softmax": "C3", "linear": "C1"}
 
     for kind, key, ylabel, fname in (
-            ("time", "fwdbwd_s", "forward + backward time (s)", "bench_time.png"),
+            ("time", "fwdbwd_s", "forward + backward time (s)", f"{prefix}_time.png"),
             ("memory", "fwdbwd_peak_bytes", "forward + backward peak memory (MB)",
-             "bench_memory.png")):
+             f"{prefix}_memory.png")):
         fig, ax = plt.subplots(figsize=(6.4, 4.4))
         scale = 1.0 if kind == "time" else 1.0 / 2 ** 20
         for name in LAYERS:
@@ -610,7 +626,7 @@ def write_plots(result: dict, out: str) -> list:
     ax.grid(True, alpha=0.3)
     ax.legend(fontsize=7)
     fig.tight_layout()
-    path = os.path.join(out, "bench_decode.png")
+    path = os.path.join(out, f"{prefix}_decode.png")
     _savefig_atomic(fig, path)
     plt.close(fig)
     paths.append(path)
@@ -659,7 +675,8 @@ def _meta(s, load_before) -> dict:
         "python": platform.python_version(), "numpy": np.__version__, "blas": blas,
         "env_OPENBLAS_CORETYPE": os.environ.get("OPENBLAS_CORETYPE"),
         "loadavg_before": load_before, "loadavg_after": _loadavg(),
-        "timing": "median of repeats after warm-up (at most 3 repeats when a run takes > 2 s)",
+        "timing": ("median over --repeats rounds after --warmup rounds; each round runs every "
+                   "measurement once (order reversed every other round)"),
         "peak_memory": ("tracemalloc high-water mark of the call minus what was allocated "
                         "before it" if s["device"] == "cpu" else
                         "CuPy memory pool bytes after the call, starting from an empty pool"),
