@@ -28,7 +28,8 @@ def build_parser() -> argparse.ArgumentParser:
     sub.required = True
     for name, (modname, help_) in COMMANDS.items():
         mod = importlib.import_module(modname)
-        p = sub.add_parser(name, help=help_, description=(mod.__doc__ or help_).strip())
+        p = sub.add_parser(name, help=help_, description=(mod.__doc__ or help_).strip(),
+                           formatter_class=argparse.RawDescriptionHelpFormatter)
         mod.add_arguments(p)
         p.set_defaults(_run=mod.run)
     return parser
