@@ -12,16 +12,13 @@ import pytest
 import array_api_strict as xps
 
 from tostnp.nn import attention as A
+from helpers import rel_err
 
 TOL = 1e-7
 DEV = xps.Device("device1")
 B, N, C, H = 2, 5, 6, 2                                            # p = 3
 
 
-def rel_err(a, b):
-    a, b = np.asarray(a, dtype=np.float64), np.asarray(b, dtype=np.float64)
-    assert a.shape == b.shape, (a.shape, b.shape)
-    return float(np.max(np.abs(a - b)) / max(np.max(np.abs(b)), 1e-300))
 
 
 def make_params(seed, keys_shapes, bias):

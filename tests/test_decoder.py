@@ -11,11 +11,11 @@ import tostnp.nn.tssa as tssa_mod
 from tostnp.nn.tssa import tssa_forward, tssa_init, tssa_decode_init, tssa_decode_step
 from tostnp.nn.block import (tost_block_forward, tost_block_init, tost_block_decode_init,
                              tost_block_decode_step)
+from tostnp.backend import to_host
+
+from helpers import rel_err
 
 
-def rel_err(a, b):
-    a, b = np.asarray(a), np.asarray(b)
-    return np.max(np.abs(a - b)) / max(1e-12, np.max(np.abs(a) + np.abs(b)))
 
 
 def tssa_params(seed, C=12, h=3, max_len=10, bias=True):
@@ -118,7 +118,7 @@ def test_strict_device_decoder():
     x = RNG(11).normal(xps, (2, 4, 8), xps.float32, device=dev)
     y, _ = tost_block_forward(x, P, 2, causal=True, ln_eps=1e-5)
     state = tost_block_decode_init(2, P, 2)
-    back = lambda a: np.asarray(xps.asarray(a, device=xps.Device("CPU_DEVICE")))
+    back = to_host   # explicit transfer from device1
     for t in range(4):
         y_t, state = tost_block_decode_step(state, x[:, t, :], P, 2, t)
         assert y_t.device == dev and y_t.dtype == xps.float32

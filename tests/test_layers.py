@@ -14,15 +14,12 @@ import array_api_strict as xps
 
 from tostnp import backend
 from tostnp.nn import layers as L
+from helpers import rel_err
 
 TOL = 1e-7
 DEV = xps.Device("device1")
 
 
-def rel_err(a, b):
-    a, b = np.asarray(a, dtype=np.float64), np.asarray(b, dtype=np.float64)
-    assert a.shape == b.shape, (a.shape, b.shape)
-    return float(np.max(np.abs(a - b)) / max(np.max(np.abs(b)), 1e-300))
 
 
 def rng(seed=0):
