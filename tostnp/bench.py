@@ -538,6 +538,7 @@ def _atomic_write_text(path: str, text: str) -> None:
     try:
         with os.fdopen(fd, "w") as f:
             f.write(text)
+        os.chmod(tmp, 0o644)                 # mkstemp makes 0600; these are shareable results
         os.replace(tmp, path)
     except BaseException:
         if os.path.exists(tmp):
@@ -551,6 +552,7 @@ def _savefig_atomic(fig, path: str) -> None:
     os.close(fd)
     try:
         fig.savefig(tmp, dpi=90, format="png")
+        os.chmod(tmp, 0o644)
         os.replace(tmp, path)
     except BaseException:
         if os.path.exists(tmp):
