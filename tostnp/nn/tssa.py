@@ -50,9 +50,11 @@ Backward (derived by hand; ``g_v`` denotes dLoss/dv). Write a = w * Pi (per head
   by a broadcast (non-causal) or a suffix sum (causal).
 * Finally g_w = 2 w g_sq + g_a Pi, g_x = g_w W_u^T, g_W_u = x^T g_w, g_b_u = sum g_w.
 
-Head-wise reductions "sum over c in head k" are matmuls with the (C, h) head indicator E
-(E_ck = 1 if c is in head k), and per-head scalars become per-coordinate ones through E^T; both
-read the big array once and create no (B, N, h, p) temporaries.
+Head-wise reductions "sum over c in head k" are dot products over each head's p coordinates
+(``vecdot`` on the (B, N, h, p) view) or small matmuls with the (C, h) head indicator E
+(E_ck = 1 if c is in head k); per-head scalars become per-coordinate ones through E^T. Pi-weighted
+sums over tokens (S2, and its adjoint's sum_n gq sq) are one matrix-vector product per head
+(:func:`_head_token_sums`). All of them read the big array once and write no (B, N, C) temporary.
 """
 from __future__ import annotations
 
@@ -119,10 +121,33 @@ def _head_indicator(xp, C: int, h: int, dtype, device):
     return xp.astype(xp.reshape(c // p, (C, 1)) == xp.reshape(k, (1, h)), dtype)   # (C, h)
 
 
+def _head_reduce(op, a, xp):
+    """op-reduction over the short last (head) axis of a (..., h) -> (..., 1), by h - 1
+    elementwise ops on slices (NumPy's reductions along a length-h last axis are ~3x slower)."""
+    out = a[..., 0:1]
+    for k in range(1, a.shape[-1]):
+        out = op(out, a[..., k:k + 1])
+    return out
+
+
 def _softmax_heads(l, xp):
     """Softmax over the last (head) axis. l: (..., h)."""
-    e = xp.exp(l - xp.max(l, axis=-1, keepdims=True))
-    return e / xp.sum(e, axis=-1, keepdims=True)
+    e = xp.exp(l - _head_reduce(xp.maximum, l, xp))
+    e /= _head_reduce(xp.add, e, xp)
+    return e
+
+
+def _head_token_sums(Pi, X, h: int, p: int, xp):
+    """S (B, C) with S_c = sum_n Pi_{n,k(c)} X_nc (k(c) = the head of c); Pi (B, N, h), X (B, N, C).
+
+    One matrix-vector product per head, (B, 1, N) @ (B, N, p), on strided views: it reads X
+    once and writes no (B, N, C) temporary (the product Pi X, then a sum over tokens, would
+    write and read one more 25 MB array at B=4, N=4096, C=384).
+    """
+    B, N, C = X.shape
+    PiT = xp.permute_dims(Pi, (0, 2, 1))                                         # (B, h, N)
+    parts = [PiT[:, k:k + 1, :] @ X[:, :, k * p:(k + 1) * p] for k in range(h)]  # (B, 1, p) each
+    return xp.reshape(xp.concat(parts, axis=-1), (B, C))                         # (B, C)
 
 
 def _per_coord(s, xp):
@@ -235,15 +260,11 @@ def _full_forward(x, params, h, p, xp):
     Pic = _per_coord(Pi, xp)                                                     # (B, N, h, 1)
 
     D = xp.sum(Pi, axis=1) + _PI_EPS                                             # (B, h)
+    # S2_c = sum_n Pi_nk sq_nc: per-head matrix-vector products read sq once (backward
+    # recomputes sq, which is cheaper than keeping it)
+    S2 = _head_token_sums(Pi, sq, h, p, xp)                                      # (B, C)
+    del sq
     a = _merge(_heads(w, h, p, xp) * Pic, xp)                                    # (B, N, C)  w Pi
-    # S2_c = sum_n Pi_nk sq_nc: turn sq (our own temporary, not cached) into Pi sq in place,
-    # then sum. (In-place products skip the write-allocate read of a fresh array; and plain
-    # xp.sum beats the skinny matmul Pi^T sq when other jobs share the cores, where small
-    # multi-threaded BLAS calls stall on thread synchronisation.) Backward recomputes sq.
-    sq4 = _heads(sq, h, p, xp)                                                   # (B, N, h, p)
-    sq4 *= Pic
-    S2 = xp.sum(_merge(sq4, xp), axis=1)                                         # (B, C)
-    del sq, sq4
     m = S2 / (D @ Et)                                                            # (B, C)
     r = 1.0 / (1.0 + m)                                                          # (B, C)
 
@@ -329,7 +350,7 @@ def tssa_backward(dy, cache):
 def _softmax_backward(gPi, cache, grads, xp):
     """Through Pi = softmax_k(temp_k q_nk): returns g_q (B, N, h); sets grads["temp"]."""
     Pi, q, h = cache["Pi_nh"], cache["q"], cache["h"]
-    gl = Pi * (gPi - xp.sum(Pi * gPi, axis=-1, keepdims=True))                   # (B, N, h)
+    gl = Pi * (gPi - _head_reduce(xp.add, Pi * gPi, xp))                          # (B, N, h)
     grads["temp"] = xp.reshape(xp.sum(xp.reshape(gl * q, (-1, h)), axis=0), (h, 1))
     return gl * xp.reshape(cache["params"]["temp"], (1, 1, h))                   # (B, N, h)
 
@@ -374,8 +395,7 @@ def _full_backward(dy, cache, xp):
         + xp.reshape(g_D, (B, 1, h))                                             # (B, N, h)
     gq = _softmax_backward(gPi, cache, grads, xp)                                # (B, N, h)
     # q = sq @ (E inv_S1): S1 receives -sum_n gq_nk sq_nc inv_S1_c^2 (unclamped c only)
-    sq4 *= _per_coord(gq, xp)                     # sq is ours and not needed after this
-    t1 = xp.sum(_merge(sq4, xp), axis=1)                                         # (B, C)
+    t1 = _head_token_sums(gq, _merge(sq4, xp), h, p, xp)                         # (B, C)
     del sq4
     active = xp.astype(cache["S1"] > _NORM_EPS2, dt)
     g_S1 = -t1 * inv_S1 * inv_S1 * active                                        # (B, C)
