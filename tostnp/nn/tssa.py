@@ -263,8 +263,12 @@ def _full_forward(x, params, h, p, xp):
     # S2_c = sum_n Pi_nk sq_nc: per-head matrix-vector products read sq once (backward
     # recomputes sq, which is cheaper than keeping it)
     S2 = _head_token_sums(Pi, sq, h, p, xp)                                      # (B, C)
-    del sq
-    a = _merge(_heads(w, h, p, xp) * Pic, xp)                                    # (B, N, C)  w Pi
+    # a = w Pi, written into sq's buffer (sq is not needed any more): a copy and an in-place
+    # product on warm memory beat a fresh array, whose pages fault on first touch
+    a, sq = sq, None
+    a[...] = w
+    a4 = _heads(a, h, p, xp)                                                     # view of a
+    a4 *= Pic                                                                    # (B, N, C)  w Pi
     m = S2 / (D @ Et)                                                            # (B, C)
     r = 1.0 / (1.0 + m)                                                          # (B, C)
 
