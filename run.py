@@ -43,7 +43,7 @@ def ensure_venv() -> Path:
     if not py.exists():
         print(f"[run.py] creating {VENV} ...", flush=True)
         venv.EnvBuilder(with_pip=True).create(VENV)
-    print("[run.py] installing requirements.txt and tostnp (first run: about a minute) ...",
+    print("[run.py] installing requirements.txt and tostnp (first run: one to two minutes) ...",
           flush=True)
     pip = [str(py), "-m", "pip", "install", "--disable-pip-version-check", "-q"]
     subprocess.run(pip + ["-r", str(ROOT / "requirements.txt")], check=True)
