@@ -11,7 +11,8 @@ import pytest
 
 import array_api_compat.numpy as xp_np
 from tostnp.backend import RNG
-from tostnp.nn.block import tost_block_forward, tost_block_backward, tost_block_init
+from tostnp.nn.block import (tost_block_forward, tost_block_backward, tost_block_init,
+                             tost_block_decode_init, tost_block_decode_step)
 from helpers import rel_err
 from tostnp.backend import to_host
 
@@ -185,8 +186,11 @@ def test_bad_inputs():
         tost_block_forward(x, P, 3)
     with pytest.raises(ValueError, match=r"x must have 3 dimensions"):
         tost_block_forward(x[0], P, 2)
-    with pytest.raises(ValueError, match=r"tssa.W_u"):
+    with pytest.raises(ValueError, match=r"input has width C=6 but params\['tssa.W_u'\]"):
         tost_block_forward(x[..., :6], P, 2)
+    with pytest.raises(ValueError, match=r"input has width C=6 but params\['tssa.W_u'\]"):
+        tost_block_decode_step(tost_block_decode_init(2, make_params(7, causal=True, max_len=4), 2),
+                               x[:, 0, :6], make_params(7, causal=True, max_len=4), 2, 0)
     _, cache = tost_block_forward(x, P, 2)
     with pytest.raises(ValueError, match=r"dy must have shape \(2, 5, 8\)"):
         tost_block_backward(x[:, :4], cache)

@@ -36,6 +36,10 @@ def _split(params, C: int, num_heads: int, causal: bool, dtype):
         raise ValueError(f"num_heads must be a positive int, got {num_heads!r}")
     if C % num_heads != 0:
         raise ValueError(f"num_heads={num_heads} must divide the width C={C}")
+    W_u = params.get("tssa.W_u")
+    if getattr(W_u, "ndim", 0) == 2 and W_u.shape[0] != C:
+        raise ValueError(f"the input has width C={C} but params['tssa.W_u'] has shape "
+                         f"{tuple(W_u.shape)}; expected ({C}, {C})")
     H = params["mlp.W1"].shape[-1] if getattr(params.get("mlp.W1"), "ndim", 0) == 2 else "H"
     required = {"ln1.gamma": (C,), "ln1.beta": (C,), "tssa.W_u": (C, C),
                 "tssa.temp": (num_heads, 1), "tssa.W_o": (C, C), "ls1.gamma": (C,),
@@ -73,10 +77,6 @@ def tost_block_forward(x, params, num_heads: int, causal: bool = False, ln_eps: 
     """
     check_array(x, "x", ndim=3, shape_desc="(B, N, C)")
     C = x.shape[-1]
-    if getattr(params.get("tssa.W_u") if isinstance(params, dict) else None, "ndim", 0) == 2 \
-            and params["tssa.W_u"].shape[0] != C:
-        raise ValueError(f"x has width C={C} but params['tssa.W_u'] has shape "
-                         f"{tuple(params['tssa.W_u'].shape)}; expected ({C}, {C})")
     tssa_p, mlp_p = _split(params, C, num_heads, causal, x.dtype)
     a, c_ln1 = layer_norm_forward(x, params["ln1.gamma"], params["ln1.beta"], eps=ln_eps)
     t, c_tssa = tssa_forward(a, tssa_p, num_heads, causal=causal)            # (B, N, C)
@@ -148,18 +148,14 @@ def tost_block_decode_init(batch: int, params, num_heads: int):
     return {"tssa": tssa_decode_init(batch, tssa_p, num_heads)}
 
 
-def tost_block_decode_step(state, x_t, params, num_heads: int, t: int, ln_eps: float = 1e-5):
+def tost_block_decode_step(state, x_t, params, num_heads: int, t: int, ln_eps: float = 1e-6):
     """One token through a causal block. x_t: (B, C) at position t -> (y_t (B, C), new state).
 
     Equals row t of ``tost_block_forward(x, params, num_heads, causal=True, ln_eps=ln_eps)``.
-    (The default ln_eps here is the LM one, 1e-5; pass the value used in the forward.)
+    ``ln_eps`` must be the value used in the forward (same default, 1e-6; the LM passes 1e-5).
     """
     check_array(x_t, "x_t", ndim=2, shape_desc="(B, C)")
     C = x_t.shape[-1]
-    if getattr(params.get("tssa.W_u") if isinstance(params, dict) else None, "ndim", 0) == 2 \
-            and params["tssa.W_u"].shape[0] != C:
-        raise ValueError(f"x_t has width C={C} but params['tssa.W_u'] has shape "
-                         f"{tuple(params['tssa.W_u'].shape)}; expected ({C}, {C})")
     tssa_p, mlp_p = _split(params, C, num_heads, True, x_t.dtype)
     a, _ = layer_norm_forward(x_t, params["ln1.gamma"], params["ln1.beta"], eps=ln_eps)
     u, st = tssa_decode_step(state["tssa"], a, tssa_p, num_heads, t)         # (B, C)
