@@ -5,14 +5,14 @@ Tolerance: relative error max|a - b| / max|b| < 1e-7 in float64.
 """
 import math
 
-import autograd
 import autograd.numpy as anp
 import numpy as np
 import pytest
 import array_api_strict as xps
 
 from tostnp.nn import attention as A
-from helpers import rel_err
+from tostnp.nn import class_attention as CA
+from references import rel_err, check_backward, ref_class_attention
 
 TOL = 1e-7
 DEV = xps.Device("device1")
@@ -91,23 +91,6 @@ def ref_linear_attention(x, P, h, causal):
     return _lin(anp.concatenate(heads, axis=-1), P, "o")
 
 
-def ref_class_attention(x, P, h):
-    Cx = x.shape[-1]
-    p = Cx // h
-    q = _lin(x[:, 0:1], P, "q")                                    # (B, 1, C)
-    kv = _lin(x, P, "kv")                                          # (B, M, 2C)
-    heads = []
-    for i in range(h):
-        qi = q[:, 0, i * p:(i + 1) * p]                            # (B, p)
-        k = kv[:, :, i * p:(i + 1) * p]
-        v = kv[:, :, Cx + i * p:Cx + (i + 1) * p]
-        s = anp.einsum("bp,bjp->bj", qi, k) / math.sqrt(p)
-        e = anp.exp(s - anp.max(s, axis=-1, keepdims=True))
-        a = e / anp.sum(e, axis=-1, keepdims=True)
-        heads.append(anp.einsum("bj,bjp->bp", a, v)[:, None, :])
-    return _lin(anp.concatenate(heads, axis=-1), P, "o")
-
-
 KINDS = {
     "softmax": (A.softmax_attention_forward, A.softmax_attention_backward, ref_softmax_attention),
     "linear": (A.linear_attention_forward, A.linear_attention_backward, ref_linear_attention),
@@ -115,19 +98,8 @@ KINDS = {
 
 
 def check_layer(fwd, bwd, ref, x, P, seed=3):
-    y, cache = fwd(x, P)
-    y_ref = ref(x, P)
-    assert rel_err(y, y_ref) < TOL
-    G = np.random.default_rng(seed).standard_normal(y.shape)
-    x0, P0, G0 = x.copy(), {k: v.copy() for k, v in P.items()}, G.copy()
-    dx, grads = bwd(G, cache)
-    assert np.array_equal(x, x0) and np.array_equal(G, G0)
-    assert all(np.array_equal(P[k], P0[k]) for k in P)
-    assert rel_err(dx, autograd.grad(lambda x: anp.sum(ref(x, P) * G))(x)) < TOL
-    gP = autograd.grad(lambda P: anp.sum(ref(x, P) * G))(P)
-    assert set(grads) == set(P)
-    for k in P:
-        assert rel_err(grads[k], gP[k]) < TOL, k
+    """references.check_backward for a layer fwd(x, P), with this file's tolerance."""
+    check_backward(fwd, bwd, ref, (x, P), tol=TOL, params_index=1, seed=seed)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -173,9 +145,9 @@ def test_softmax_attention_row_blocks(monkeypatch, causal):
 def test_class_attention_grads(bias):
     x = np.random.default_rng(4).standard_normal((B, 1 + N, C))
     P = make_params(5, CLS, bias)
-    y, _ = A.class_attention_forward(x, P, H)
+    y, _ = CA.class_attention_forward(x, P, H)
     assert y.shape == (B, 1, C)
-    check_layer(lambda x, P: A.class_attention_forward(x, P, H), A.class_attention_backward,
+    check_layer(lambda x, P: CA.class_attention_forward(x, P, H), CA.class_attention_backward,
                 lambda x, P: ref_class_attention(x, P, H), x, P)
 
 
@@ -184,13 +156,13 @@ def test_class_attention_only_cls_queries():
     r = np.random.default_rng(6)
     x = r.standard_normal((B, 1 + N, C))
     P = make_params(7, CLS, True)
-    y, _ = A.class_attention_forward(x, P, H)
+    y, _ = CA.class_attention_forward(x, P, H)
     perm = np.concatenate([[0], 1 + r.permutation(N)])
-    y2, _ = A.class_attention_forward(x[:, perm], P, H)
+    y2, _ = CA.class_attention_forward(x[:, perm], P, H)
     assert rel_err(y2, y) < 1e-12
     x3 = x.copy()
     x3[:, 0] += 1.0                                                # but the CLS token matters
-    assert rel_err(A.class_attention_forward(x3, P, H)[0], y) > 1e-3
+    assert rel_err(CA.class_attention_forward(x3, P, H)[0], y) > 1e-3
 
 
 # ---------------------------------------------------------------------------------------------
@@ -289,7 +261,7 @@ def test_strict_device_matches_numpy(name, causal, monkeypatch):
         monkeypatch.setattr(A, "_LIN_CHUNK", 2)                    # N = 5: 3 chunks, padded
         name = "linear"
     if name == "class":
-        fwd, bwd = (lambda x, P: A.class_attention_forward(x, P, H)), A.class_attention_backward
+        fwd, bwd = (lambda x, P: CA.class_attention_forward(x, P, H)), CA.class_attention_backward
         x, P = r.standard_normal((B, 1 + N, C)), make_params(16, CLS, True)
     else:
         f, bwd, _ = KINDS[name]
@@ -341,10 +313,10 @@ def test_bad_inputs_class():
     x = np.zeros((B, 1 + N, C))
     P = make_params(18, CLS, False)
     with pytest.raises(ValueError, match=r"'W_kv'.*\(6, 12\)"):
-        A.class_attention_forward(x, {k: v for k, v in P.items() if k != "W_kv"}, H)
+        CA.class_attention_forward(x, {k: v for k, v in P.items() if k != "W_kv"}, H)
     with pytest.raises(ValueError, match=r"W_q.*\(6, 6\)"):
-        A.class_attention_forward(x, dict(P, W_q=np.zeros((6, 12))), H)
+        CA.class_attention_forward(x, dict(P, W_q=np.zeros((6, 12))), H)
     with pytest.raises(ValueError, match="num_heads"):
-        A.class_attention_forward(x, P, 5)
+        CA.class_attention_forward(x, P, 5)
     with pytest.raises(ValueError, match="CLS"):
-        A.class_attention_forward(np.zeros((B, 0, C)), P, H)
+        CA.class_attention_forward(np.zeros((B, 0, C)), P, H)

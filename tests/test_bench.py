@@ -32,6 +32,7 @@ def quick_run(tmp_path_factory):
         return rc, out, json.load(f)
 
 
+@pytest.mark.slow
 def test_exit_status_and_files(quick_run):
     rc, out, _ = quick_run
     assert rc == 0
@@ -45,6 +46,7 @@ def test_exit_status_and_files(quick_run):
     assert not [p for p in os.listdir(out) if p.startswith(".tmp-")]
 
 
+@pytest.mark.slow
 def test_every_section_has_positive_finite_numbers(quick_run):
     _, _, r = quick_run
     assert set(r) >= {"meta", "reference_matmuls", "layers", "decode", "train", "targets"}
@@ -70,12 +72,14 @@ def test_every_section_has_positive_finite_numbers(quick_run):
         assert e["fwdbwd_peak_bytes"] >= e["fwd_peak_bytes"] > 0
 
 
+@pytest.mark.slow
 def test_targets_listed_and_unmeasured_at_tiny_sizes(quick_run):
     _, _, r = quick_run
     assert len(r["targets"]) == 7
     assert all(t["status"] == "not measured" and t["value"] is None for t in r["targets"])
 
 
+@pytest.mark.slow
 def test_skips_sizes_over_the_memory_budget(tmp_path):
     rc = main(["bench", "--quick", "--sizes", "64", "--max-mem-gb", "0.00001", "--no-train",
                "--no-progress", "--contexts", "8", "--out", str(tmp_path)])

@@ -1,8 +1,8 @@
 """ToST block: forward and hand-derived backward vs autograd (causal and not), a stack of three
 blocks, init, strict device, bad inputs.
 
-The reference block (LayerNorm, tanh-GELU MLP, TSSA per tost-math.md §4/§5) is written here
-independently with autograd.numpy, float64.
+The reference block is written here from the autograd references of tests/references.py
+(LayerNorm, tanh-GELU MLP, TSSA per the book's eq-layer-w .. eq-layer-out), float64.
 """
 import autograd
 import autograd.numpy as anp
@@ -13,7 +13,7 @@ import array_api_compat.numpy as xp_np
 from tostnp.backend import RNG
 from tostnp.nn.block import (tost_block_forward, tost_block_backward, tost_block_init,
                              tost_block_decode_init, tost_block_decode_step)
-from helpers import rel_err
+from references import rel_err, ref_tssa, ref_layer_norm, ref_mlp
 from tostnp.backend import to_host
 
 RTOL = 1e-7
@@ -22,45 +22,10 @@ RTOL = 1e-7
 
 
 # ---- reference ---------------------------------------------------------------------------------
-def ref_ln(x, g, b, eps):
-    mu = anp.mean(x, axis=-1, keepdims=True)
-    var = anp.mean((x - mu) ** 2, axis=-1, keepdims=True)
-    return (x - mu) / anp.sqrt(var + eps) * g + b
-
-
-def ref_gelu(x):
-    return 0.5 * x * (1.0 + anp.tanh(anp.sqrt(2.0 / anp.pi) * (x + 0.044715 * x ** 3)))
-
-
-def ref_tssa(x, P, h, causal):
-    B, T, C = x.shape
-    p = C // h
-    w = anp.dot(x, P["tssa.W_u"]) + P.get("tssa.b_u", 0.0)
-    w = anp.transpose(anp.reshape(w, (B, T, h, p)), (0, 2, 1, 3))            # (B, h, T, p)
-    if causal:
-        S1 = anp.maximum(anp.cumsum(w ** 2, axis=2), 1e-12)
-        logits = anp.sum(w ** 2 / S1 + P["tssa.denom_bias"][None, :, :T, :], axis=-1)
-    else:
-        wn = w / anp.maximum(anp.sqrt(anp.sum(w ** 2, axis=2, keepdims=True)), 1e-12)
-        logits = anp.sum(wn ** 2, axis=-1)
-    logits = logits * P["tssa.temp"]
-    e = anp.exp(logits - anp.max(logits, axis=1, keepdims=True))
-    Pi = e / anp.sum(e, axis=1, keepdims=True)                               # (B, h, T)
-    if causal:
-        m = anp.cumsum(Pi[..., None] * w ** 2, axis=2) / (anp.cumsum(Pi, axis=2)[..., None] + 1e-8)
-    else:
-        dots = Pi / (anp.sum(Pi, axis=-1, keepdims=True) + 1e-8)
-        m = anp.einsum("bhn,bhnp->bhp", dots, w ** 2)[:, :, None, :]
-    out = -w * Pi[..., None] / (1.0 + m)
-    out = anp.reshape(anp.transpose(out, (0, 2, 1, 3)), (B, T, C))
-    return anp.dot(out, P["tssa.W_o"]) + P.get("tssa.b_o", 0.0)
-
-
 def ref_block(x, P, h, causal, eps):
-    x1 = x + P["ls1.gamma"] * ref_tssa(ref_ln(x, P["ln1.gamma"], P["ln1.beta"], eps), P, h, causal)
-    a = ref_ln(x1, P["ln2.gamma"], P["ln2.beta"], eps)
-    mlp = anp.dot(ref_gelu(anp.dot(a, P["mlp.W1"]) + P.get("mlp.b1", 0.0)), P["mlp.W2"]) \
-        + P.get("mlp.b2", 0.0)
+    a = ref_layer_norm(x, P["ln1.gamma"], P["ln1.beta"], eps)
+    x1 = x + P["ls1.gamma"] * ref_tssa(a, P, h, causal, pre="tssa.")
+    mlp = ref_mlp(ref_layer_norm(x1, P["ln2.gamma"], P["ln2.beta"], eps), P, pre="mlp.")
     return x1 + P["ls2.gamma"] * mlp
 
 

@@ -11,6 +11,7 @@ TINY_LM = ["--width", "8", "--depth", "1", "--heads", "2", "--block-size", "16",
            "--batch-size", "4", "--no-progress"]
 
 
+@pytest.mark.slow
 def test_vision_train_evaluate_figures(tmp_path, capsys):
     out = str(tmp_path / "v")
     assert main(["train", "vision", "--steps", "4", "--batch-size", "32", "--out", out] + TINY_V) == 0
@@ -28,6 +29,7 @@ def test_vision_train_evaluate_figures(tmp_path, capsys):
                                            "memberships.png"]
 
 
+@pytest.mark.slow
 def test_lm_train_sample_resume(tmp_path, capsys):
     text_file = tmp_path / "t.txt"
     text_file.write_text("hello world, hello tokens. " * 40)

@@ -7,13 +7,13 @@ import pytest
 
 import array_api_compat.numpy as xp_np
 from tostnp.backend import RNG
-import tostnp.nn.tssa as tssa_mod
+import tostnp.nn.tssa_causal as tssa_mod
 from tostnp.nn.tssa import tssa_forward, tssa_init, tssa_decode_init, tssa_decode_step
 from tostnp.nn.block import (tost_block_forward, tost_block_init, tost_block_decode_init,
                              tost_block_decode_step)
 from tostnp.backend import to_host
 
-from helpers import rel_err
+from references import rel_err
 
 
 

@@ -87,6 +87,7 @@ def test_notebook_structure(name):
     assert all(not c.get("outputs") for c in nb.cells if c.cell_type == "code")
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", sorted(CASES))
 def test_solution_passes(name, kernel_env):
     sol_file, _, _ = CASES[name]
@@ -95,6 +96,7 @@ def test_solution_passes(name, kernel_env):
     assert "All checks passed." in out and out.count("PASS") >= 2, out
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", sorted(CASES))
 def test_todo_fails(name, kernel_env):
     with pytest.raises(CellExecutionError) as info:
@@ -102,6 +104,7 @@ def test_todo_fails(name, kernel_env):
     assert info.value.ename == "NotImplementedError", info.value.ename
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", sorted(CASES))
 def test_wrong_answer_fails(name, kernel_env):
     sol_file, _, bug = CASES[name]

@@ -10,7 +10,7 @@ import array_api_strict as xps
 
 from tostnp.nn import attention as A
 from tostnp.nn import flash as F
-from helpers import rel_err
+from references import rel_err
 from test_attention import QKV, check_layer, make_params, ref_softmax_attention, to_dev, to_np
 
 B, N, C, H = 2, 5, 6, 2                                            # p = 3

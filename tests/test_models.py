@@ -1,8 +1,9 @@
 """Whole-model checks for tostnp.models (vision classifier and causal LM).
 
-The references are written plainly here from tost-math §4-5 with autograd.numpy (float64): a
-ToST block, TSSA (non-causal and causal, with explicit prefix sums), class attention, LayerNorm,
-tanh-GELU, the tied LM head. Nothing is imported from tostnp for the reference.
+The references are autograd.numpy (float64), built here from tests/references.py (TSSA per the
+book's eq-layer-w .. eq-causal-out, class attention, LayerNorm, tanh-GELU, cross-entropy): a
+ToST block, the class-attention block, the tied LM head. Nothing is imported from tostnp for
+the reference.
 """
 import math
 
@@ -16,6 +17,8 @@ from tostnp.models import (get_vision_config, get_lm_config, vision_init, vision
                            vision_loss_and_grads, lm_init, lm_forward, lm_loss_and_grads,
                            lm_generate, num_params, VISION_CONFIGS, LM_CONFIGS)
 from tostnp.optim import AdamW, clip_grad_norm, default_no_decay
+from references import (ref_tssa, ref_layer_norm, ref_mlp, ref_class_attention,
+                        ref_cross_entropy)
 
 xp_np = backend.get_xp("cpu")
 
@@ -23,92 +26,11 @@ xp_np = backend.get_xp("cpu")
 # ------------------------------------------------------------------------------------------
 # independent autograd references
 # ------------------------------------------------------------------------------------------
-def r_ln(x, g, b, eps):
-    mu = anp.mean(x, axis=-1, keepdims=True)
-    var = anp.mean((x - mu) ** 2, axis=-1, keepdims=True)
-    return (x - mu) / anp.sqrt(var + eps) * g + b
-
-
-def r_gelu(x):
-    return 0.5 * x * (1.0 + anp.tanh(math.sqrt(2.0 / math.pi) * (x + 0.044715 * x ** 3)))
-
-
-def r_mlp(x, P, pre):
-    h = x @ P[pre + "W1"] + P.get(pre + "b1", 0.0)
-    return r_gelu(h) @ P[pre + "W2"] + P.get(pre + "b2", 0.0)
-
-
-def r_softmax(z, axis):
-    z = z - anp.max(z, axis=axis, keepdims=True)
-    e = anp.exp(z)
-    return e / anp.sum(e, axis=axis, keepdims=True)
-
-
-def r_tssa(x, P, pre, h, causal):
-    """tost-math §4, tokens as rows, heads handled one at a time."""
-    B, N, C = x.shape
-    p = C // h
-    w_all = x @ P[pre + "W_u"] + P.get(pre + "b_u", 0.0)                  # (B, N, C)
-    ws = [w_all[:, :, k * p:(k + 1) * p] for k in range(h)]
-    if not causal:
-        logits = []
-        for k in range(h):
-            nrm = anp.sqrt(anp.sum(ws[k] ** 2, axis=1, keepdims=True))   # (B, 1, p)
-            wn = ws[k] / anp.maximum(nrm, 1e-12)
-            logits.append(P[pre + "temp"][k, 0] * anp.sum(wn ** 2, axis=-1))   # (B, N)
-        Pi = r_softmax(anp.stack(logits, axis=1), axis=1)                # (B, h, N)
-        outs = []
-        for k in range(h):
-            pk = Pi[:, k, :]                                             # (B, N)
-            m = anp.sum(pk[:, :, None] * ws[k] ** 2, axis=1, keepdims=True) / \
-                (anp.sum(pk, axis=1)[:, None, None] + 1e-8)              # (B, 1, p)
-            outs.append(-ws[k] * pk[:, :, None] / (1.0 + m))
-    else:
-        logits = []
-        for k in range(h):
-            S1 = anp.maximum(anp.cumsum(ws[k] ** 2, axis=1), 1e-12)      # (B, T, p)
-            db = P[pre + "denom_bias"][k, :N, 0]                         # (T,)
-            logits.append(P[pre + "temp"][k, 0] *
-                          anp.sum(ws[k] ** 2 / S1 + db[None, :, None], axis=-1))
-        Pi = r_softmax(anp.stack(logits, axis=1), axis=1)                # (B, h, T)
-        outs = []
-        for k in range(h):
-            pk = Pi[:, k, :][:, :, None]                                 # (B, T, 1)
-            S2 = anp.cumsum(pk * ws[k] ** 2, axis=1)
-            S3 = anp.cumsum(pk, axis=1)
-            outs.append(-ws[k] * pk / (1.0 + S2 / (S3 + 1e-8)))
-    out = anp.concatenate(outs, axis=-1)                                 # (B, N, C)
-    return out @ P[pre + "W_o"] + P.get(pre + "b_o", 0.0)
-
-
 def r_block(x, P, pre, h, causal, eps):
-    x = x + P[pre + "ls1.gamma"] * r_tssa(r_ln(x, P[pre + "ln1.gamma"], P[pre + "ln1.beta"], eps),
-                                          P, pre + "tssa.", h, causal)
-    return x + P[pre + "ls2.gamma"] * r_mlp(r_ln(x, P[pre + "ln2.gamma"], P[pre + "ln2.beta"],
-                                                  eps), P, pre + "mlp.")
-
-
-def r_class_attention(u, P, pre, h):
-    """CLS (row 0) is the only query; keys/values over all rows."""
-    B, M, C = u.shape
-    p = C // h
-    q = u[:, 0:1, :] @ P[pre + "W_q"] + P[pre + "b_q"]                   # (B, 1, C)
-    kv = u @ P[pre + "W_kv"] + P[pre + "b_kv"]                           # (B, M, 2C)
-    outs = []
-    for k in range(h):
-        qk, kk = q[:, :, k * p:(k + 1) * p], kv[:, :, k * p:(k + 1) * p]
-        vk = kv[:, :, C + k * p:C + (k + 1) * p]
-        A = r_softmax(anp.sum(qk * kk, axis=-1) / math.sqrt(p), axis=1)  # (B, M)
-        outs.append(anp.sum(A[:, :, None] * vk, axis=1, keepdims=True))  # (B, 1, p)
-    return anp.concatenate(outs, axis=-1) @ P[pre + "W_o"] + P[pre + "b_o"]
-
-
-def r_xent(logits, y):
-    z = logits - anp.max(logits, axis=-1, keepdims=True)
-    logp = z - anp.log(anp.sum(anp.exp(z), axis=-1, keepdims=True))
-    V = logits.shape[-1]
-    onehot = (y.reshape(-1)[:, None] == np.arange(V)[None, :]).astype(float)
-    return -anp.sum(logp.reshape(-1, V) * onehot) / onehot.shape[0]
+    a = ref_layer_norm(x, P[pre + "ln1.gamma"], P[pre + "ln1.beta"], eps)
+    x = x + P[pre + "ls1.gamma"] * ref_tssa(a, P, h, causal, pre=pre + "tssa.")
+    b = ref_layer_norm(x, P[pre + "ln2.gamma"], P[pre + "ln2.beta"], eps)
+    return x + P[pre + "ls2.gamma"] * ref_mlp(b, P, pre + "mlp.")
 
 
 def r_vision_loss(P, images, y, cfg):
@@ -122,18 +44,18 @@ def r_vision_loss(P, images, y, cfg):
         cls = P["cls_token"] * anp.ones((B, 1, 1))
         for j in range(cfg.num_cls_blocks):
             pre = f"cab.{j}."
-            u = r_ln(anp.concatenate([cls, x], axis=1), P[pre + "norm1.gamma"],
+            u = ref_layer_norm(anp.concatenate([cls, x], axis=1), P[pre + "norm1.gamma"],
                      P[pre + "norm1.beta"], cfg.ln_eps)
-            cls = cls + P[pre + "ls1.gamma"] * r_class_attention(u, P, pre + "attn.",
-                                                                 cfg.num_heads)
-            cls = cls + P[pre + "ls2.gamma"] * r_mlp(
-                r_ln(cls, P[pre + "norm2.gamma"], P[pre + "norm2.beta"], cfg.ln_eps), P,
+            cls = cls + P[pre + "ls1.gamma"] * ref_class_attention(u, P, cfg.num_heads,
+                                                                   pre=pre + "attn.")
+            cls = cls + P[pre + "ls2.gamma"] * ref_mlp(
+                ref_layer_norm(cls, P[pre + "norm2.gamma"], P[pre + "norm2.beta"], cfg.ln_eps), P,
                 pre + "mlp.")
         pooled = cls[:, 0, :]
     else:
         pooled = anp.mean(x, axis=1)
-    logits = r_ln(pooled, P["norm.gamma"], P["norm.beta"], cfg.ln_eps) @ P["head.W"] + P["head.b"]
-    return r_xent(logits, y)
+    logits = ref_layer_norm(pooled, P["norm.gamma"], P["norm.beta"], cfg.ln_eps) @ P["head.W"] + P["head.b"]
+    return ref_cross_entropy(logits, y)
 
 
 def r_lm_loss(P, ids, targets, cfg, E_out=None):
@@ -142,9 +64,9 @@ def r_lm_loss(P, ids, targets, cfg, E_out=None):
     x = P["wte"][ids] + P["wpe"][:T]
     for i in range(cfg.depth):
         x = r_block(x, P, f"blocks.{i}.", cfg.num_heads, True, cfg.ln_eps)
-    hN = r_ln(x, P["ln_f.gamma"], P["ln_f.beta"], cfg.ln_eps)
+    hN = ref_layer_norm(x, P["ln_f.gamma"], P["ln_f.beta"], cfg.ln_eps)
     E = P["wte"] if E_out is None else E_out
-    return r_xent(hN @ E.T, targets)
+    return ref_cross_entropy(hN @ E.T, targets)
 
 
 # ------------------------------------------------------------------------------------------

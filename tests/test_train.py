@@ -9,7 +9,8 @@ from tostnp import backend
 from tostnp.checkpoint import load_checkpoint
 from tostnp.data import load_digits_split, CharTokenizer
 from tostnp.models import get_vision_config, get_lm_config
-from tostnp.models.tasks import VisionTask, LMTask, random_shift
+from tostnp.data import random_shift
+from tostnp.tasks import VisionTask, LMTask
 from tostnp.train import TrainConfig, train, read_metrics
 
 _TEXT = ("the quick brown fox jumps over the lazy dog. " * 20)

@@ -1,8 +1,8 @@
 """Non-causal TSSA layer: forward semantics, hand-derived backward vs autograd, the layer as a
 gradient step on R^var_c, strict-device run, bad inputs.
 
-References are written independently here with autograd.numpy, following tost-math.md §4
-literally ((B, h, N, p) layout, explicit L2 normalisation, einsum), float64.
+The autograd reference is tests/references.py:ref_tssa (the book's eq-layer-w .. eq-layer-out
+written in the (B, h, N, p) layout with explicit L2 normalisation), float64.
 """
 import autograd
 import autograd.numpy as anp
@@ -13,35 +13,12 @@ import array_api_compat.numpy as xp_np
 from tostnp import variational as core   # R^var_c, its closed-form gradient, tssa_step
 from tostnp.backend import RNG
 from tostnp.nn.tssa import tssa_forward, tssa_backward, tssa_init
-from helpers import rel_err
+from references import rel_err, ref_tssa
 from tostnp.backend import to_host
 
 RTOL = 1e-7
 
 
-
-
-# ---- the reference: tost-math.md §4 written plainly ------------------------------------------
-def ref_tssa(x, P, h):
-    B, N, C = x.shape
-    p = C // h
-    w = anp.dot(x, P["W_u"])
-    if "b_u" in P:
-        w = w + P["b_u"]
-    w = anp.transpose(anp.reshape(w, (B, N, h, p)), (0, 2, 1, 3))         # (B, h, N, p)
-    norm = anp.sqrt(anp.sum(w ** 2, axis=2, keepdims=True))              # token-axis L2 norm
-    wn = w / anp.maximum(norm, 1e-12)
-    logits = anp.sum(wn ** 2, axis=-1) * P["temp"]                       # (B, h, N) * (h, 1)
-    e = anp.exp(logits - anp.max(logits, axis=1, keepdims=True))
-    Pi = e / anp.sum(e, axis=1, keepdims=True)                           # softmax over heads
-    dots = Pi / (anp.sum(Pi, axis=-1, keepdims=True) + 1e-8)             # (B, h, N)
-    m = anp.einsum("bhn,bhnp->bhp", dots, w ** 2)[:, :, None, :]         # (B, h, 1, p) raw w
-    out = -w * Pi[..., None] / (1.0 + m)
-    out = anp.reshape(anp.transpose(out, (0, 2, 1, 3)), (B, N, C))
-    y = anp.dot(out, P["W_o"])
-    if "b_o" in P:
-        y = y + P["b_o"]
-    return y
 
 
 def make(seed, B=2, N=7, C=12, h=3, bias=True, dtype=np.float64, scale=0.5):

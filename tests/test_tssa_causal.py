@@ -1,7 +1,8 @@
 """Causal TSSA: prefix-sum forward and its backward vs autograd, vs a naive per-prefix loop,
 no dependence on the future (forward and backward), T = 1, strict device, bad inputs.
 
-References are written independently here (autograd.numpy with cumsum; plain loops), float64.
+References: tests/references.py:ref_tssa (autograd.numpy with cumsum) and a plain loop here;
+float64.
 """
 import autograd
 import autograd.numpy as anp
@@ -10,35 +11,14 @@ import pytest
 
 import array_api_compat.numpy as xp_np
 
-import tostnp.nn.tssa as tssa_mod
+import tostnp.nn.tssa_causal as tssa_mod
 from tostnp.nn.tssa import tssa_forward, tssa_backward
-from helpers import rel_err
+from references import rel_err, ref_tssa
 from tostnp.backend import to_host
 
 RTOL = 1e-7
 
 
-
-
-def ref_causal(x, P, h):
-    """tost-math.md §4, causal, in the (B, h, T, p) layout with autograd.numpy."""
-    B, T, C = x.shape
-    p = C // h
-    w = anp.dot(x, P["W_u"])
-    if "b_u" in P:
-        w = w + P["b_u"]
-    w = anp.transpose(anp.reshape(w, (B, T, h, p)), (0, 2, 1, 3))          # (B, h, T, p)
-    S1 = anp.maximum(anp.cumsum(w ** 2, axis=2), 1e-12)
-    logits = anp.sum(w ** 2 / S1 + P["denom_bias"][None, :, :T, :], axis=-1) * P["temp"]
-    e = anp.exp(logits - anp.max(logits, axis=1, keepdims=True))
-    Pi = e / anp.sum(e, axis=1, keepdims=True)                             # (B, h, T)
-    S2 = anp.cumsum(Pi[..., None] * w ** 2, axis=2)
-    S3 = anp.cumsum(Pi, axis=2)[..., None]
-    out = -w * Pi[..., None] / (1.0 + S2 / (S3 + 1e-8))
-    y = anp.dot(anp.reshape(anp.transpose(out, (0, 2, 1, 3)), (B, T, C)), P["W_o"])
-    if "b_o" in P:
-        y = y + P["b_o"]
-    return y
 
 
 def naive_loop(x, P, h):
@@ -94,7 +74,7 @@ def make(seed, B=2, T=8, C=8, h=2, max_len=9, bias=True):
 def test_forward_matches_reference_and_naive_loop(scan_block):
     x, P, _ = make(0)
     y, cache = tssa_forward(x, P, 2, causal=True)
-    assert rel_err(y, ref_causal(x, P, 2)) < RTOL
+    assert rel_err(y, ref_tssa(x, P, 2, causal=True)) < RTOL
     assert rel_err(y, naive_loop(x, P, 2)) < RTOL
     Pi = np.asarray(cache["Pi"])
     assert Pi.shape == (2, 2, 8)
@@ -106,7 +86,7 @@ def test_backward_matches_autograd(bias, scan_block):
     x, P, G = make(1, bias=bias, C=12, h=3)
     _, cache = tssa_forward(x, P, 3, causal=True)
     dx, grads = tssa_backward(G, cache)
-    gx, gP = autograd.grad(lambda x_, P_: anp.sum(ref_causal(x_, P_, 3) * G), (0, 1))(x, P)
+    gx, gP = autograd.grad(lambda x_, P_: anp.sum(ref_tssa(x_, P_, 3, causal=True) * G), (0, 1))(x, P)
     assert set(grads) == set(P)
     assert rel_err(dx, gx) < RTOL
     for k in P:
@@ -122,7 +102,7 @@ def test_backward_with_a_zero_prefix_hits_the_clamp(scan_block):
     x[:, :2] = 0.0
     _, cache = tssa_forward(x, P, 2, causal=True)
     dx, grads = tssa_backward(G, cache)
-    gx, gP = autograd.grad(lambda x_, P_: anp.sum(ref_causal(x_, P_, 2) * G), (0, 1))(x, P)
+    gx, gP = autograd.grad(lambda x_, P_: anp.sum(ref_tssa(x_, P_, 2, causal=True) * G), (0, 1))(x, P)
     assert np.all(np.isfinite(dx))
     assert rel_err(dx, gx) < RTOL
     for k in P:
@@ -160,9 +140,9 @@ def test_blocked_scan_equals_cumsum(monkeypatch, L, T):
 def test_single_token():
     x, P, G = make(4, T=1)
     y, cache = tssa_forward(x, P, 2, causal=True)
-    assert rel_err(y, ref_causal(x, P, 2)) < RTOL
+    assert rel_err(y, ref_tssa(x, P, 2, causal=True)) < RTOL
     dx, grads = tssa_backward(G, cache)
-    gx, gP = autograd.grad(lambda x_, P_: anp.sum(ref_causal(x_, P_, 2) * G), (0, 1))(x, P)
+    gx, gP = autograd.grad(lambda x_, P_: anp.sum(ref_tssa(x_, P_, 2, causal=True) * G), (0, 1))(x, P)
     assert rel_err(dx, gx) < RTOL
     for k in P:
         assert rel_err(grads[k], gP[k]) < RTOL, k

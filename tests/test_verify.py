@@ -3,6 +3,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 import tostnp.variational
 from tostnp.__main__ import main
 
@@ -18,6 +20,7 @@ def test_verify_passes_in_process(capsys):
     assert "FAIL" not in out
 
 
+@pytest.mark.slow
 def test_verify_command_line_exit_status():
     proc = subprocess.run([sys.executable, "-m", "tostnp", "verify"], cwd=ROOT,
                           capture_output=True, text=True, timeout=120)

@@ -11,12 +11,12 @@ import sys
 
 # command -> (module, one-line help)
 COMMANDS = {
-    "verify": ("tostnp.verify", "check every identity of the derivation numerically (float64)"),
+    "verify": ("tostnp.commands.verify", "check every identity of the derivation numerically (float64)"),
     "train": ("tostnp.commands.train", "train a ToST vision model or language model"),
     "evaluate": ("tostnp.commands.evaluate", "evaluate a saved checkpoint"),
     "sample": ("tostnp.commands.sample", "generate text from a language-model checkpoint"),
     "figures": ("tostnp.commands.figures", "interpretability figures from a vision checkpoint"),
-    "bench": ("tostnp.bench", "benchmark TSSA against softmax and linear attention"),
+    "bench": ("tostnp.commands.bench", "benchmark TSSA against softmax and linear attention"),
 }
 
 

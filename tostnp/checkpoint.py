@@ -15,8 +15,8 @@ directories are created.
 
 Safety
 ------
-* Each file is written to a temporary file in the same directory, flushed, ``fsync``-ed and
-  moved into place with ``os.replace`` (atomic on POSIX and Windows): a crash or error never
+* Each file is written by :mod:`tostnp.io` (a temporary file in the same directory, flushed,
+  ``fsync``-ed, moved into place with ``os.replace``): a crash or error never
   leaves a half-written file under the final name. The ``.npz`` goes first, then the ``.json``
   that vouches for it, so an interruption between the two is caught by the checksum on load.
 * :func:`load_checkpoint` checks the SHA-256 before parsing, and loads with
@@ -32,11 +32,11 @@ import hashlib
 import io
 import json
 import os
-import tempfile
 
 import numpy as np
 
 from .backend import to_host
+from .io import atomic_path, atomic_write_text
 
 __all__ = ["save_checkpoint", "load_checkpoint", "checkpoint_paths"]
 
@@ -53,33 +53,6 @@ def checkpoint_paths(path) -> tuple[str, str]:
     if not path or path.endswith(os.sep):
         raise ValueError(f"checkpoint path must be a file prefix like 'runs/ckpt', got {path!r}")
     return path + ".npz", path + ".json"
-
-
-def _atomic_write(final_path: str, write) -> None:
-    """Run ``write(fileobj, tmp_path)`` on a temporary file next to ``final_path``, then rename."""
-    d = os.path.dirname(os.path.abspath(final_path))
-    fd, tmp = tempfile.mkstemp(dir=d, prefix="." + os.path.basename(final_path) + ".",
-                               suffix=".tmp")
-    try:
-        with os.fdopen(fd, "wb") as f:
-            write(f, tmp)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, final_path)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except FileNotFoundError:
-            pass
-        raise
-    try:  # make the rename itself durable (POSIX); harmless where unsupported
-        dfd = os.open(d, os.O_RDONLY)
-        try:
-            os.fsync(dfd)
-        finally:
-            os.close(dfd)
-    except OSError:
-        pass
 
 
 def _host_arrays(arrays: dict, what: str) -> dict:
@@ -134,22 +107,15 @@ def save_checkpoint(path, params: dict, config, extra_arrays: dict | None = None
     meta = {"format": _FORMAT, "version": _VERSION, "config": config, "state": state}
     json.dumps(meta, default=_json_default)
 
-    os.makedirs(os.path.dirname(os.path.abspath(npz_path)), exist_ok=True)
-    digest = {}
-
-    def write_npz(f, tmp):
-        np.savez(f, **arrays)  # streamed to the temporary file
-        f.flush()
+    with atomic_path(npz_path) as tmp:
+        with open(tmp, "wb") as f:
+            np.savez(f, **arrays)
         h = hashlib.sha256()
         with open(tmp, "rb") as r:  # hash what is on disk (read back from the page cache)
             for chunk in iter(lambda: r.read(1 << 20), b""):
                 h.update(chunk)
-        digest["sha256"] = h.hexdigest()
-
-    _atomic_write(npz_path, write_npz)
-    meta.update(npz=os.path.basename(npz_path), npz_sha256=digest["sha256"])
-    text = json.dumps(meta, default=_json_default, indent=1, sort_keys=True)
-    _atomic_write(json_path, lambda f, tmp: f.write(text.encode("utf-8")))
+    meta.update(npz=os.path.basename(npz_path), npz_sha256=h.hexdigest())
+    atomic_write_text(json_path, json.dumps(meta, default=_json_default, indent=1, sort_keys=True))
     return npz_path, json_path
 
 

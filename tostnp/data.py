@@ -12,10 +12,12 @@ Vision loaders return ``(X_train, y_train, X_test, y_test)`` with images channel
 * :func:`load_mnist` -- the four IDX files of MNIST (or Fashion-MNIST) from a directory you
   downloaded them to, optionally gzipped.
 * :func:`load_cifar10` -- the *binary* version of CIFAR-10 (``cifar-10-batches-bin``).
+* :func:`load_vision_data` -- one of the three by name; :func:`random_shift` augments a batch.
 
 Text: :func:`load_text` (default corpus: the Python documentation topics shipped with the
 standard library in ``pydoc_data.topics``, about 465k characters), :class:`CharTokenizer`,
-:func:`train_val_split`, :func:`sample_lm_batch` and the :func:`unigram_bits_per_char` baseline.
+:func:`train_val_split`, :func:`load_lm_text` (all three at once), :func:`sample_lm_batch` and
+the :func:`unigram_bits_per_char` baseline.
 """
 from __future__ import annotations
 
@@ -28,9 +30,9 @@ import numpy as np
 from .backend import RNG
 
 __all__ = [
-    "load_digits_split", "load_mnist", "load_cifar10", "read_idx",
-    "load_text", "CharTokenizer", "train_val_split",
-    "iterate_minibatches", "sample_lm_batch", "unigram_bits_per_char",
+    "load_digits_split", "load_mnist", "load_cifar10", "read_idx", "load_vision_data",
+    "load_text", "CharTokenizer", "train_val_split", "load_lm_text",
+    "iterate_minibatches", "random_shift", "sample_lm_batch", "unigram_bits_per_char",
 ]
 
 
@@ -194,6 +196,18 @@ def load_cifar10(directory: str):
     return X_train, y_train, X_test, y_test
 
 
+def load_vision_data(name: str = "digits", data_dir: str | None = None):
+    """(X_train, y_train, X_test, y_test) host arrays for "digits" | "mnist" | "cifar10"."""
+    if name == "digits":
+        return load_digits_split()
+    if name in ("mnist", "cifar10"):
+        if not data_dir:
+            raise ValueError(f"--data {name} needs --data-dir: the directory holding the "
+                             f"downloaded files (tostnp never downloads)")
+        return load_mnist(data_dir) if name == "mnist" else load_cifar10(data_dir)
+    raise ValueError(f"data must be 'digits', 'mnist' or 'cifar10', got {name!r}")
+
+
 # --------------------------------------------------------------------------------------------
 # Text
 # --------------------------------------------------------------------------------------------
@@ -295,6 +309,15 @@ def train_val_split(ids, val_fraction: float = 0.1):
     return ids[:-n_val], ids[-n_val:]
 
 
+def load_lm_text(path: str | None = None, val_fraction: float = 0.1, tokenizer=None):
+    """-> (train_ids, val_ids, tokenizer): the corpus at ``path`` (default corpus if None),
+    character-tokenised (with ``tokenizer`` if given, e.g. from a checkpoint)."""
+    text = load_text(path)
+    tok = CharTokenizer(text) if tokenizer is None else tokenizer
+    train_ids, val_ids = train_val_split(tok.encode(text), val_fraction)
+    return train_ids, val_ids, tok
+
+
 # --------------------------------------------------------------------------------------------
 # Batching (host arrays; deterministic for a given RNG state)
 # --------------------------------------------------------------------------------------------
@@ -362,3 +385,20 @@ def unigram_bits_per_char(train_ids, val_ids, vocab_size: int | None = None) -> 
     logp = np.log(counts + 1.0) - np.log(train_ids.size + V)
     nats = float(-logp[val_ids].mean())
     return {"nats": nats, "bits": nats / math.log(2.0)}
+
+
+def random_shift(X: np.ndarray, max_shift: int, rng) -> np.ndarray:
+    """Host augmentation: translate each image by up to ``max_shift`` pixels (zero fill).
+
+    X: (B, H, W, C) host array -> (B, H, W, C). Draws 2 integers per image from ``rng``.
+    """
+    if max_shift <= 0:
+        return X
+    B, H, W, _ = X.shape
+    s = max_shift
+    pad = np.pad(X, ((0, 0), (s, s), (s, s), (0, 0)))
+    dy = rng.integers(0, 2 * s + 1, size=B)
+    dx = rng.integers(0, 2 * s + 1, size=B)
+    rows = dy[:, None] + np.arange(H)[None, :]                          # (B, H)
+    cols = dx[:, None] + np.arange(W)[None, :]                          # (B, W)
+    return pad[np.arange(B)[:, None, None], rows[:, :, None], cols[:, None, :]]

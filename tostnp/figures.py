@@ -25,7 +25,10 @@
    was derived from; the curve against depth shows whether the representation compresses
    layer after layer (the paper reports that it falls with depth).
 
-Every PNG is written atomically (temporary file, then ``os.replace``).
+3. ``curves.png`` -- training and evaluation loss (and accuracy) against step
+   (:func:`plot_metrics`, written by the training loop).
+
+Every file is written atomically by :mod:`tostnp.io`.
 """
 from __future__ import annotations
 
@@ -34,16 +37,14 @@ import os
 import numpy as np
 
 from . import backend
+from .io import atomic_savefig, atomic_write_text
 from .nn import layers as L
 from .nn import tssa as T
+from .params import sub
 from .variational import variational_compression
 
-__all__ = ["layer_statistics", "vision_figures", "plot_memberships", "plot_compression"]
-
-
-def _sub(params, prefix):
-    p = prefix + "."
-    return {k[len(p):]: v for k, v in params.items() if k.startswith(p)}
+__all__ = ["layer_statistics", "vision_figures", "plot_memberships", "plot_compression",
+           "plot_metrics"]
 
 
 def layer_statistics(params: dict, cfg, images) -> list:
@@ -58,9 +59,9 @@ def layer_statistics(params: dict, cfg, images) -> list:
     p = C // h
     out = []
     for l, x in enumerate(cache["tokens_in"]):                        # x: (B, N, C)
-        bp = _sub(params, f"blocks.{l}")
+        bp = sub(params, f"blocks.{l}")
         Z, _ = L.layer_norm_forward(x, bp["ln1.gamma"], bp["ln1.beta"], cfg.ln_eps)
-        y, tc = T.tssa_forward(Z, _sub(bp, "tssa"), h, causal=False)  # (B, N, C)
+        y, tc = T.tssa_forward(Z, sub(bp, "tssa"), h, causal=False)  # (B, N, C)
         Pi = tc["Pi"]                                                 # (B, h, N)
         x_mid = x + y * bp["ls1.gamma"]
         Z_out, _ = L.layer_norm_forward(x_mid, bp["ln1.gamma"], bp["ln1.beta"], cfg.ln_eps)
@@ -81,10 +82,34 @@ def layer_statistics(params: dict, cfg, images) -> list:
     return out
 
 
-def _savefig_atomic(fig, path):
-    tmp = path + ".tmp.png"
-    fig.savefig(tmp, dpi=110)
-    os.replace(tmp, path)
+def plot_metrics(records: list, path: str, title: str = "") -> None:
+    """Training loss (and evaluation loss / accuracy when present) against step -> PNG."""
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    tr = [r for r in records if r["kind"] == "train"]
+    ev = [r for r in records if r["kind"] == "eval"]
+    acc_keys = [k for k in (ev[0] if ev else {}) if k.endswith("acc")]
+    ncols = 2 if acc_keys else 1
+    fig, axes = plt.subplots(1, ncols, figsize=(5.5 * ncols, 3.8), squeeze=False)
+    ax = axes[0, 0]
+    ax.plot([r["step"] for r in tr], [r["loss"] for r in tr], lw=1, label="train loss (batch)")
+    for k in (ev[0] if ev else {}):
+        if k.endswith("loss"):
+            ax.plot([r["step"] for r in ev], [r[k] for r in ev], "o-", ms=3, label=k)
+    ax.set_xlabel("step"); ax.set_ylabel("cross-entropy (nats)"); ax.set_yscale("log")
+    ax.legend(); ax.grid(alpha=0.3)
+    if acc_keys:
+        ax = axes[0, 1]
+        for k in acc_keys:
+            ax.plot([r["step"] for r in ev], [r[k] for r in ev], "o-", ms=3, label=k)
+        ax.set_xlabel("step"); ax.set_ylabel("accuracy"); ax.legend(); ax.grid(alpha=0.3)
+    if title:
+        fig.suptitle(title)
+    fig.tight_layout()
+    atomic_savefig(fig, path, dpi=110)
+    plt.close(fig)
+
 
 
 def plot_memberships(images_host, Pi_host, grid: int, path: str, title: str = "") -> str:
@@ -118,7 +143,7 @@ def plot_memberships(images_host, Pi_host, grid: int, path: str, title: str = ""
         a.set_xticks([]); a.set_yticks([])
     fig.suptitle(title or "TSSA memberships Π (last block) on the patch grid", fontsize=10)
     fig.tight_layout()
-    _savefig_atomic(fig, path)
+    atomic_savefig(fig, path, dpi=110)
     plt.close(fig)
     return path
 
@@ -140,7 +165,7 @@ def plot_compression(curves: dict, path: str, title: str = "") -> str:
     ax.grid(alpha=0.3); ax.legend(fontsize=7)
     ax.set_title(title or "variational compression at each layer", fontsize=10)
     fig.tight_layout()
-    _savefig_atomic(fig, path)
+    atomic_savefig(fig, path, dpi=110)
     plt.close(fig)
     return path
 
@@ -154,7 +179,7 @@ def vision_figures(checkpoint: str, out_dir: str, *, xp=None, num_images: int = 
     """
     import json
     from .models import load_model
-    from .models.tasks import load_vision_data
+    from .data import load_vision_data
     from .models.vision import vision_init
     xp = backend.get_xp("cpu") if xp is None else xp
     kind, cfg, params, config = load_model(checkpoint, xp=xp)
@@ -180,9 +205,7 @@ def vision_figures(checkpoint: str, out_dir: str, *, xp=None, num_images: int = 
         curves[label] = (r_in, r_out)
         record[label] = {"R_in": r_in.tolist(), "R_out": r_out.tolist()}
     p2 = plot_compression(curves, os.path.join(out_dir, "compression.png"))
-    tmp = os.path.join(out_dir, "compression.json.tmp")
-    with open(tmp, "w") as f:
-        json.dump({"measured": "mean over test images of R^var_c at each layer; see "
-                   "tostnp/figures.py", **record}, f, indent=1)
-    os.replace(tmp, os.path.join(out_dir, "compression.json"))
+    atomic_write_text(os.path.join(out_dir, "compression.json"),
+                      json.dumps({"measured": "mean over test images of R^var_c at each layer; "
+                                  "see tostnp/figures.py", **record}, indent=1))
     return [p1, p2]

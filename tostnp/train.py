@@ -1,6 +1,6 @@
 """The training loop, free of model details (minGPT style): AdamW, warm-up + cosine, clipping.
 
-A *task* (see :mod:`tostnp.models.tasks`) knows the model and the data; this loop knows only
+A *task* (see :mod:`tostnp.tasks`) knows the model and the data; this loop knows only
 
     batch = task.next_batch()                       # host data, drawn from task's own RNG
     loss, grads, extra = task.loss_and_grads(params, batch)
@@ -28,9 +28,10 @@ from dataclasses import dataclass, asdict, fields, replace
 
 from . import backend
 from . import checkpoint as ckpt
+from .io import atomic_write_text
 from .optim import AdamW, lr_schedule, clip_grad_norm, default_no_decay
 
-__all__ = ["TrainConfig", "train", "plot_metrics", "read_metrics"]
+__all__ = ["TrainConfig", "train", "read_metrics"]
 
 
 @dataclass(frozen=True)
@@ -73,13 +74,6 @@ class TrainConfig:
         return self.lr / 10 if self.min_lr is None else self.min_lr
 
 
-def _atomic_write_text(path: str, text: str) -> None:
-    tmp = path + ".tmp"
-    with open(tmp, "w") as f:
-        f.write(text)
-    os.replace(tmp, path)
-
-
 def read_metrics(path: str) -> list:
     """The records of a metrics.jsonl file (a list of dicts)."""
     with open(path) as f:
@@ -118,12 +112,12 @@ def train(task, tcfg: TrainConfig, out_dir: str, *, resume: bool = False,
                             {k[5:]: v for k, v in extra.items() if k.startswith("data.")})
         records = [r for r in read_metrics(metrics_path) if r["step"] <= start] \
             if os.path.exists(metrics_path) else []
-        _atomic_write_text(metrics_path, "".join(json.dumps(r) + "\n" for r in records))
+        atomic_write_text(metrics_path, "".join(json.dumps(r) + "\n" for r in records))
     else:
         params = task.init_params(backend.RNG(tcfg.seed))
         opt = _make_opt(params, tcfg)
         start, records = 0, []
-        _atomic_write_text(metrics_path, "")
+        atomic_write_text(metrics_path, "")
 
     stop = tcfg.steps if tcfg.stop_at is None else min(tcfg.stop_at, tcfg.steps)
     bar = None
@@ -169,6 +163,7 @@ def train(task, tcfg: TrainConfig, out_dir: str, *, resume: bool = False,
     if bar is not None:
         bar.close()
     if plot:
+        from .figures import plot_metrics
         plot_metrics(records, os.path.join(out_dir, "curves.png"), title=task.title)
     return {"params": params, "metrics": records, "step": stop}
 
@@ -192,38 +187,3 @@ def save(path, task, params, opt, step, tcfg) -> None:
 def train_config_from_dict(d: dict) -> TrainConfig:
     known = {f.name for f in fields(TrainConfig)}
     return replace(TrainConfig(), **{k: v for k, v in d.items() if k in known})
-
-
-def plot_metrics(records: list, path: str, title: str = "") -> None:
-    """Training loss (and evaluation loss / accuracy when present) against step -> PNG."""
-    import matplotlib
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-    tr = [r for r in records if r["kind"] == "train"]
-    ev = [r for r in records if r["kind"] == "eval"]
-    acc_keys = [k for k in (ev[0] if ev else {}) if k.endswith("acc")]
-    ncols = 2 if acc_keys else 1
-    fig, axes = plt.subplots(1, ncols, figsize=(5.5 * ncols, 3.8), squeeze=False)
-    ax = axes[0, 0]
-    ax.plot([r["step"] for r in tr], [r["loss"] for r in tr], lw=1, label="train loss (batch)")
-    for k in (ev[0] if ev else {}):
-        if k.endswith("loss"):
-            ax.plot([r["step"] for r in ev], [r[k] for r in ev], "o-", ms=3, label=k)
-    ax.set_xlabel("step"); ax.set_ylabel("cross-entropy (nats)"); ax.set_yscale("log")
-    ax.legend(); ax.grid(alpha=0.3)
-    if acc_keys:
-        ax = axes[0, 1]
-        for k in acc_keys:
-            ax.plot([r["step"] for r in ev], [r[k] for r in ev], "o-", ms=3, label=k)
-        ax.set_xlabel("step"); ax.set_ylabel("accuracy"); ax.legend(); ax.grid(alpha=0.3)
-    if title:
-        fig.suptitle(title)
-    fig.tight_layout()
-    _savefig_atomic(fig, path)
-    plt.close(fig)
-
-
-def _savefig_atomic(fig, path: str) -> None:
-    tmp = path + ".tmp.png"
-    fig.savefig(tmp, dpi=110)
-    os.replace(tmp, path)

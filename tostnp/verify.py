@@ -6,7 +6,7 @@ gradient that autograd computes from such a plain formula (written with autograd
 with tostnp code). Both Gram branches (n < d and n > d) and a batch axis are exercised.
 
 Errors are relative, max|tostnp - reference| / max|reference|. The exit status is 1 when any
-row FAILs, so ``python -m tostnp verify`` can gate a CI run.
+row FAILs, so ``python -m tostnp verify`` (:mod:`tostnp.commands.verify`) can gate a CI run.
 """
 from __future__ import annotations
 
@@ -19,12 +19,6 @@ SHAPES = [(2, 12, 6, 3), (2, 5, 8, 3)]
 EPS = 0.7          # precision eps
 TAU = 0.05         # TSSA step size
 ETA = 0.5          # membership temperature
-
-
-def add_arguments(parser):
-    parser.add_argument("--seed", type=int, default=0, help="seed of the random test data (default 0)")
-    parser.add_argument("--draws", type=int, default=20,
-                        help="random orthogonal bases U tried for the bound R_c <= R^var_c (default 20)")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -96,7 +90,7 @@ def _orthogonal(rng, K, d):
     return q * np.sign(np.diagonal(r, axis1=-2, axis2=-1))[:, None, :]   # (K, d, d)
 
 
-def _checks(rng, draws, ag, anp):
+def checks(rng, draws, ag, anp):
     """Yield rows (identity, value, criterion text, passed)."""
     # autograd references: plain formulas in autograd.numpy, independent of tostnp's code
     def ag_coding_rate(Z, eps):
@@ -207,22 +201,3 @@ def _checks(rng, draws, ag, anp):
         ratio = min(ratio, float(np.min(drop / (tau * np.sum(G_ref**2, axis=(-2, -1))))))
     yield "TSSA step decreases R^var_c: drop / (tau ||grad||^2)", ratio, "in [0.99, 1.01]", \
         0.99 <= ratio <= 1.01
-
-
-def run(args) -> int:
-    try:
-        import autograd
-        import autograd.numpy as anp
-    except ImportError:
-        print("tostnp verify needs autograd (pip install autograd)")
-        return 2
-    rng = np.random.default_rng(args.seed)
-    rows = list(_checks(rng, args.draws, autograd, anp))
-    width = max(len(r[0]) for r in rows)
-    print(f"tostnp verify: float64, seed {args.seed}, eps {EPS}, shapes (B, n, d, K) {SHAPES}")
-    print(f"{'identity':<{width}}  {'value':>10}  {'criterion':<16}  result")
-    for name, value, crit, ok in rows:
-        print(f"{name:<{width}}  {value:>10.2e}  {crit:<16}  {'PASS' if ok else 'FAIL'}")
-    failed = sum(not r[3] for r in rows)
-    print(f"{len(rows) - failed} of {len(rows)} identities PASS" + (f", {failed} FAIL" if failed else ""))
-    return 1 if failed else 0

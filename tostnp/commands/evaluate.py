@@ -31,7 +31,8 @@ def run(args) -> int:
     if xp is None:
         return 2
     from ..models import load_model
-    from ..models.tasks import VisionTask, LMTask, load_vision_data, load_lm_text
+    from ..data import load_vision_data, load_lm_text
+    from ..tasks import VisionTask, LMTask
     from ..data import CharTokenizer
     try:
         kind, cfg, params, config = load_model(args.checkpoint, xp=xp)

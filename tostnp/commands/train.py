@@ -2,7 +2,7 @@
 
 Examples::
 
-    python -m tostnp train vision                          # digits, ~1-2 min on 2 CPU cores
+    python -m tostnp train vision                          # digits, a minute or two on a CPU
     python -m tostnp train vision --data mnist --data-dir ~/data/mnist --config tiny-mnist
     python -m tostnp train lm                              # default corpus: Python's docs
     python -m tostnp train vision --out runs/digits --resume   # continue a stopped run
@@ -21,24 +21,6 @@ from dataclasses import replace
 from .. import backend
 from ..models import configs as C
 from ._common import add_device_argument, get_xp_or_exit
-
-# Training defaults per model preset (epochs for vision, steps for LMs); the CLI overrides them.
-VISION_TRAIN = {
-    # measured: 97.8% test accuracy, ~1 min on 2 shared cores (tuned on the test split: the
-    # digits set has no separate validation split, so read 97-98% as slightly optimistic)
-    "tiny-digits": dict(epochs=80, batch_size=64, lr=3e-3, warmup_epochs=1, weight_decay=0.1,
-                        augment_shift=1),
-    "tiny-mnist": dict(epochs=10, batch_size=128, lr=1e-3, warmup_epochs=1, weight_decay=0.05,
-                       augment_shift=2),
-    "tiny-cifar": dict(epochs=30, batch_size=128, lr=1e-3, warmup_epochs=2, weight_decay=0.05,
-                       augment_shift=4),
-}
-_VISION_TRAIN_FALLBACK = dict(epochs=100, batch_size=128, lr=1e-3, warmup_epochs=5,
-                              weight_decay=0.05, augment_shift=0)
-# ~8-9 minutes on 2 shared CPU cores (~0.5 s per step of 32 x 64 characters)
-LM_TRAIN = dict(steps=1000, batch_size=32, lr=2e-3, warmup_steps=50, weight_decay=0.1,
-                eval_every=250)
-
 
 def add_arguments(parser) -> None:
     sub = parser.add_subparsers(dest="model", metavar="{vision,lm}")
@@ -127,7 +109,8 @@ def _load_resume_config(args):
 
 
 def _run_vision(args, xp) -> int:
-    from ..models.tasks import VisionTask, load_vision_data
+    from ..data import load_vision_data
+    from ..tasks import VisionTask
     from ..models.vision import describe
     from ..train import train, TrainConfig
     if args.resume:
@@ -139,29 +122,29 @@ def _run_vision(args, xp) -> int:
         data_name, data_dir = config["data"], config.get("data_dir")
         shift = config["augment_shift"]
     else:
-        d = dict(VISION_TRAIN.get(args.config, _VISION_TRAIN_FALLBACK))
+        d = C.get_vision_train_preset(args.config)
         cfg = C.get_vision_config(args.config, width=args.width, depth=args.depth,
                                   num_heads=args.heads, pool=args.pool,
                                   patch_size=args.patch_size,
                                   layer_scale_init=args.layer_scale_init)
         data_name = args.data
         data_dir = os.path.abspath(args.data_dir) if args.data_dir else None
-        shift = d["augment_shift"] if args.augment_shift is None else args.augment_shift
+        shift = d.augment_shift if args.augment_shift is None else args.augment_shift
     try:
         data = load_vision_data(data_name, data_dir)
     except (FileNotFoundError, ValueError, OSError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
     if not args.resume:
-        bs = min(args.batch_size or d["batch_size"], len(data[0]))
+        bs = min(args.batch_size or d.batch_size, len(data[0]))
         spe = len(data[0]) // bs
-        epochs = args.epochs or d["epochs"]
+        epochs = args.epochs or d.epochs
         steps = args.steps or epochs * spe
         warm = args.warmup_steps if args.warmup_steps is not None else \
-            min(d["warmup_epochs"] * spe, steps)
-        tcfg = TrainConfig(steps=steps, batch_size=bs, lr=args.lr or d["lr"], min_lr=args.min_lr,
+            min(d.warmup_epochs * spe, steps)
+        tcfg = TrainConfig(steps=steps, batch_size=bs, lr=args.lr or d.lr, min_lr=args.min_lr,
                            warmup_steps=min(warm, steps),
-                           weight_decay=d["weight_decay"] if args.weight_decay is None
+                           weight_decay=d.weight_decay if args.weight_decay is None
                            else args.weight_decay,
                            eval_every=args.eval_every if args.eval_every is not None else
                            max(steps // 5, 1),
@@ -193,7 +176,8 @@ def _run_vision(args, xp) -> int:
 
 def _run_lm(args, xp) -> int:
     from ..data import CharTokenizer
-    from ..models.tasks import LMTask, load_lm_text
+    from ..data import load_lm_text
+    from ..tasks import LMTask
     from ..models.lm import describe
     from ..train import train, TrainConfig
     if args.resume:
@@ -217,16 +201,16 @@ def _run_lm(args, xp) -> int:
                               depth=args.depth, num_heads=args.heads,
                               block_size=args.block_size,
                               layer_scale_init=args.layer_scale_init)
-        d = LM_TRAIN
-        steps = args.steps or d["steps"]
-        tcfg = TrainConfig(steps=steps, batch_size=args.batch_size or d["batch_size"],
-                           lr=args.lr or d["lr"], min_lr=args.min_lr,
+        d = C.LM_TRAIN_PRESET
+        steps = args.steps or d.steps
+        tcfg = TrainConfig(steps=steps, batch_size=args.batch_size or d.batch_size,
+                           lr=args.lr or d.lr, min_lr=args.min_lr,
                            warmup_steps=min(args.warmup_steps if args.warmup_steps is not None
-                                            else d["warmup_steps"], steps),
-                           weight_decay=d["weight_decay"] if args.weight_decay is None
+                                            else d.warmup_steps, steps),
+                           weight_decay=d.weight_decay if args.weight_decay is None
                            else args.weight_decay,
                            eval_every=args.eval_every if args.eval_every is not None
-                           else min(d["eval_every"], steps),
+                           else min(d.eval_every, steps),
                            log_every=10, checkpoint_every=args.checkpoint_every,
                            seed=args.seed, stop_at=args.stop_at).validate()
         eval_batches = args.eval_batches

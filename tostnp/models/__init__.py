@@ -4,7 +4,6 @@
   ("tiny-digits", "T", "S"; "tiny-char", "base").
 * :mod:`tostnp.models.vision`  -- patch embedding, ToST blocks, class-attention pooling, head.
 * :mod:`tostnp.models.lm`      -- causal ToST LM with a tied head and an O(1)-per-token sampler.
-* :mod:`tostnp.models.tasks`   -- model + data + loss + evaluation, for :func:`tostnp.train.train`.
 
 Parameters are always ONE flat dict with dotted names ("blocks.0.tssa.W_u").
 :func:`load_model` rebuilds a model from a checkpoint written by the training loop.
@@ -19,7 +18,7 @@ from .configs import (VisionConfig, LMConfig, VISION_CONFIGS, LM_CONFIGS, get_vi
 from .vision import vision_init, vision_forward, vision_backward, vision_loss_and_grads, \
     vision_predict
 from .lm import lm_init, lm_forward, lm_backward, lm_loss_and_grads, lm_generate
-from ._params import num_params
+from ..params import num_params
 
 __all__ = ["VisionConfig", "LMConfig", "VISION_CONFIGS", "LM_CONFIGS", "get_vision_config",
            "get_lm_config", "vision_init", "vision_forward", "vision_backward",

@@ -29,7 +29,7 @@ import math
 from .. import backend
 from ..nn import layers as L
 from ..nn import block as Bk
-from ._params import sub, prefixed, num_params
+from ..params import sub, prefixed, num_params
 from .configs import LMConfig
 
 __all__ = ["lm_init", "lm_forward", "lm_backward", "lm_loss_and_grads", "lm_generate"]

@@ -5,15 +5,10 @@
     cls    = class_attention_blocks(cls_token, tokens)              # (B, 1, C), CLS = only query
     logits = head(LayerNorm(cls))                                   # (B, num_classes)
 
-Pooling by class attention (CaiT/XCiT style) keeps the whole model linear in N: the CLS token is
-the only query, so its cost is O(N C). Each class-attention block is pre-LN and residual:
-
-    u   = LN1([cls; tokens])                                        # (B, 1+N, C)
-    cls = cls + gamma1 * ClassAttention(u)                          # (B, 1, C)
-    cls = cls + gamma2 * MLP(LN2(cls))
-
-Only the CLS token is updated (CaiT's variant; XCiT also passes the patch tokens through the
-MLP, which does not change the prediction). ``pool="mean"`` replaces this by the mean of the
+Pooling by class attention (CaiT/XCiT style, :mod:`tostnp.nn.class_attention`) keeps the whole
+model linear in N: the CLS token is the only query, so its cost is O(N C). Only the CLS token
+is updated (CaiT's variant; XCiT also passes the patch tokens through the MLP, which does not
+change the prediction). ``pool="mean"`` replaces this by the mean of the
 patch tokens.
 
 Differences from the published ToST-T/S (built on XCiT), said once here: the stem is a plain ViT
@@ -33,9 +28,10 @@ import math
 from .. import backend
 from .._validate import check_array
 from ..nn import layers as L
-from ..nn import attention as A
 from ..nn import block as Bk
-from ._params import sub, prefixed, accumulate, num_params
+from ..nn.class_attention import (class_attention_block_init, class_attention_block_forward,
+                                  class_attention_block_backward)
+from ..params import sub, prefixed, num_params
 from .configs import VisionConfig
 
 __all__ = ["vision_init", "vision_forward", "vision_backward", "vision_loss_and_grads",
@@ -44,24 +40,6 @@ __all__ = ["vision_init", "vision_forward", "vision_backward", "vision_loss_and_
 
 def _normal(rng, xp, shape, dtype, std, device):
     return rng.normal(xp, shape, dtype, std=std, device=device)
-
-
-def _cab_init(rng, xp, C, cfg, dtype, device) -> dict:
-    """One class-attention block (keys relative to "cab.{j}")."""
-    std, H = cfg.init_std, cfg.mlp_ratio * C
-    z = lambda *s: xp.zeros(s, dtype=dtype, device=device)  # noqa: E731
-    o = lambda *s: xp.ones(s, dtype=dtype, device=device)   # noqa: E731
-    return {
-        "norm1.gamma": o(C), "norm1.beta": z(C),
-        "attn.W_q": _normal(rng, xp, (C, C), dtype, std, device), "attn.b_q": z(C),
-        "attn.W_kv": _normal(rng, xp, (C, 2 * C), dtype, std, device), "attn.b_kv": z(2 * C),
-        "attn.W_o": _normal(rng, xp, (C, C), dtype, std, device), "attn.b_o": z(C),
-        "ls1.gamma": xp.full((C,), cfg.layer_scale_init, dtype=dtype, device=device),
-        "norm2.gamma": o(C), "norm2.beta": z(C),
-        "mlp.W1": _normal(rng, xp, (C, H), dtype, std, device), "mlp.b1": z(H),
-        "mlp.W2": _normal(rng, xp, (H, C), dtype, std, device), "mlp.b2": z(C),
-        "ls2.gamma": xp.full((C,), cfg.layer_scale_init, dtype=dtype, device=device),
-    }
 
 
 def vision_init(cfg: VisionConfig, rng, xp, dtype=None, device=None) -> dict:
@@ -88,46 +66,16 @@ def vision_init(cfg: VisionConfig, rng, xp, dtype=None, device=None) -> dict:
     if cfg.pool == "cls":
         params["cls_token"] = _normal(rng, xp, (1, 1, C), dtype, std, device)
         for j in range(cfg.num_cls_blocks):
-            params.update(prefixed(_cab_init(rng, xp, C, cfg, dtype, device), f"cab.{j}"))
+            cab = class_attention_block_init(rng, xp, C, mlp_ratio=cfg.mlp_ratio,
+                                             layer_scale_init=cfg.layer_scale_init,
+                                             dtype=dtype, device=device, std=std)
+            params.update(prefixed(cab, f"cab.{j}"))
     params["norm.gamma"] = xp.ones((C,), dtype=dtype, device=device)
     params["norm.beta"] = xp.zeros((C,), dtype=dtype, device=device)
     params["head.W"] = _normal(rng, xp, (C, cfg.num_classes), dtype, std, device)
     params["head.b"] = xp.zeros((cfg.num_classes,), dtype=dtype, device=device)
     return params
 
-
-
-# --------------------------------------------------------------------------------------------
-# class-attention block
-# --------------------------------------------------------------------------------------------
-def _cab_forward(cls, tokens, p, num_heads, ln_eps):
-    """cls (B, 1, C), tokens (B, N, C) -> new cls (B, 1, C)."""
-    xp = backend.namespace(tokens)
-    u = xp.concat([cls, tokens], axis=1)                                   # (B, 1+N, C)
-    un, c_n1 = L.layer_norm_forward(u, p["norm1.gamma"], p["norm1.beta"], ln_eps)
-    a, c_att = A.class_attention_forward(un, sub(p, "attn"), num_heads)    # (B, 1, C)
-    a, c_ls1 = L.layer_scale_forward(a, p["ls1.gamma"])
-    cls = cls + a
-    hn, c_n2 = L.layer_norm_forward(cls, p["norm2.gamma"], p["norm2.beta"], ln_eps)
-    m, c_mlp = L.mlp_forward(hn, sub(p, "mlp"))
-    m, c_ls2 = L.layer_scale_forward(m, p["ls2.gamma"])
-    return cls + m, (c_n1, c_att, c_ls1, c_n2, c_mlp, c_ls2)
-
-
-def _cab_backward(dcls, cache):
-    """-> dcls_in (B, 1, C), dtokens (B, N, C), grads (keys relative to the block)."""
-    c_n1, c_att, c_ls1, c_n2, c_mlp, c_ls2 = cache
-    g = {}
-    dm, gg = L.layer_scale_backward(dcls, c_ls2); g["ls2.gamma"] = gg["gamma"]
-    dhn, gg = L.mlp_backward(dm, c_mlp); g.update(prefixed(gg, "mlp"))
-    dc, gg = L.layer_norm_backward(dhn, c_n2)
-    g["norm2.gamma"], g["norm2.beta"] = gg["gamma"], gg["beta"]
-    dcls = dcls + dc
-    da, gg = L.layer_scale_backward(dcls, c_ls1); g["ls1.gamma"] = gg["gamma"]
-    dun, gg = A.class_attention_backward(da, c_att); g.update(prefixed(gg, "attn"))
-    du, gg = L.layer_norm_backward(dun, c_n1)
-    g["norm1.gamma"], g["norm1.beta"] = gg["gamma"], gg["beta"]
-    return dcls + du[:, :1, :], du[:, 1:, :], g
 
 
 # --------------------------------------------------------------------------------------------
@@ -159,7 +107,8 @@ def vision_forward(images, params: dict, cfg: VisionConfig):
         C = cfg.width
         cls = xp.broadcast_to(params["cls_token"], (B, 1, C))              # (B, 1, C)
         for j in range(cfg.num_cls_blocks):
-            cls, c = _cab_forward(cls, x, sub(params, f"cab.{j}"), cfg.num_heads, cfg.ln_eps)
+            cls, c = class_attention_block_forward(cls, x, sub(params, f"cab.{j}"),
+                                                     cfg.num_heads, cfg.ln_eps)
             c_cab.append(c)
         pooled = cls[:, 0, :]                                              # (B, C)
     else:
@@ -184,7 +133,7 @@ def vision_backward(dlogits, cache) -> dict:
         dcls = xp.reshape(dpooled, (B, 1, cfg.width))
         dx = xp.zeros_like(x)
         for j in reversed(range(cfg.num_cls_blocks)):
-            dcls, dtok, g = _cab_backward(dcls, cache["cab"][j])
+            dcls, dtok, g = class_attention_block_backward(dcls, cache["cab"][j])
             dx = dx + dtok
             grads.update(prefixed(g, f"cab.{j}"))
         grads["cls_token"] = xp.sum(dcls, axis=0, keepdims=True)          # (1, 1, C)

@@ -2,7 +2,8 @@
 
 * softmax attention (multi-head, non-causal or causal): O(N^2) time and memory;
 * linear attention (Katharopoulos et al. 2020), phi(x) = elu(x) + 1: O(N) in the tokens;
-* class attention (CaiT / XCiT): the CLS token is the only query, O(N).
+
+Class attention (the CLS token is the only query) lives in :mod:`tostnp.nn.class_attention`.
 
 Shapes: x (B, N, C); h = num_heads; p = C / h; heads are contiguous slices of width p.
 The fused projection W_qkv (C, 3C) produces [q | k | v] along its output axis, each of
@@ -14,12 +15,12 @@ import math
 
 from .. import backend
 from .._validate import check_array
-from .layers import _check_params, linear_forward, linear_backward
+from ..params import check_params
+from .layers import linear_forward, linear_backward
 
 __all__ = [
     "softmax_attention_forward", "softmax_attention_backward",
     "linear_attention_forward", "linear_attention_backward",
-    "class_attention_forward", "class_attention_backward",
 ]
 
 
@@ -159,7 +160,7 @@ def softmax_attention_forward(x, params, num_heads, causal=False):
     """
     xp = _check_x_heads(x, num_heads, "softmax_attention")
     C = x.shape[2]
-    _check_params(params, _qkv_spec(C), x, "softmax_attention")
+    check_params(params, _qkv_spec(C), x.dtype, "softmax_attention")
     scale = 1.0 / math.sqrt(C // num_heads)
     qkv, c_qkv = linear_forward(x, params["W_qkv"], params.get("b_qkv"))   # (B, N, 3C)
     a = _split(xp, qkv, 3, num_heads)                              # (3, B, h, N, p)
@@ -284,7 +285,7 @@ def linear_attention_forward(x, params, num_heads, causal=False):
     """
     xp = _check_x_heads(x, num_heads, "linear_attention")
     C = x.shape[2]
-    _check_params(params, _qkv_spec(C), x, "linear_attention")
+    check_params(params, _qkv_spec(C), x.dtype, "linear_attention")
     qkv, c_qkv = linear_forward(x, params["W_qkv"], params.get("b_qkv"))   # (B, N, 3C)
     a = _split(xp, qkv, 3, num_heads)                              # (3, B, h, N, p)
     Q, dQphi = _phi(xp, a[0, ...])                                 # (B, h, N, p)
@@ -329,51 +330,5 @@ def linear_attention_backward(dy, cache):
     dqkv = _merge(xp, [dQ * dQphi, dK * dKphi, dv])                # (B, N, 3C)
     dx, g_qkv = linear_backward(dqkv, c_qkv)
     grads = _rename(g_qkv, "qkv")
-    grads.update(_rename(g_o, "o"))
-    return dx, grads
-
-
-# ---------------------------------------------------------------------------------------------
-# class attention (CLS token is the only query)
-# ---------------------------------------------------------------------------------------------
-def class_attention_forward(x, params, num_heads):
-    """Class attention: the CLS token (position 0) attends to all 1+N tokens; linear in N.
-
-    x: (B, 1+N, C); params {"W_q": (C, C), "b_q": (C,) opt, "W_kv": (C, 2C), "b_kv": (2C,) opt,
-    "W_o": (C, C), "b_o": (C,) opt}; W_kv produces [k | v]. -> y: (B, 1, C), the updated CLS.
-    """
-    xp = _check_x_heads(x, num_heads, "class_attention")
-    B, M, C = x.shape
-    if M < 1:
-        raise ValueError("class_attention: x must have shape (B, 1+N, C) with the CLS token at "
-                         f"position 0, got shape {tuple(x.shape)}")
-    _check_params(params, {"W_q": ((C, C), True), "b_q": ((C,), False),
-                           "W_kv": ((C, 2 * C), True), "b_kv": ((2 * C,), False),
-                           "W_o": ((C, C), True), "b_o": ((C,), False)}, x, "class_attention")
-    h = num_heads
-    scale = 1.0 / math.sqrt(C // h)
-    q, c_q = linear_forward(x[:, 0:1, :], params["W_q"], params.get("b_q"))   # (B, 1, C)
-    kv, c_kv = linear_forward(x, params["W_kv"], params.get("b_kv"))          # (B, 1+N, 2C)
-    qs = _split(xp, q, 1, h)[0, ...] * scale                       # (B, h, 1, p)
-    a = _split(xp, kv, 2, h)                                       # (2, B, h, 1+N, p)
-    k, v = a[0, ...], a[1, ...]
-    o, A = _softmax_core_forward(xp, qs, k, v, causal=False)       # (B, h, 1, p); A (B, h, 1, 1+N)
-    y, c_o = linear_forward(_merge(xp, [o]), params["W_o"], params.get("b_o"))  # (B, 1, C)
-    return y, (c_q, c_kv, c_o, qs, k, v, A, o, scale)
-
-
-def class_attention_backward(dy, cache):
-    """dy: (B, 1, C) -> dx (B, 1+N, C), grads with the keys of params."""
-    c_q, c_kv, c_o, qs, k, v, A, o, scale = cache
-    xp = backend.namespace(dy)
-    h = qs.shape[1]
-    dom, g_o = linear_backward(dy, c_o)                            # (B, 1, C)
-    dO = _split(xp, dom, 1, h)[0, ...]                             # (B, h, 1, p)
-    dqs, dk, dv = _softmax_core_backward(xp, dO, qs, k, v, A, o)
-    dx0, g_q = linear_backward(_merge(xp, [dqs * scale]), c_q)     # (B, 1, C)
-    dx, g_kv = linear_backward(_merge(xp, [dk, dv]), c_kv)         # (B, 1+N, C)
-    dx = xp.concat([dx[:, 0:1, :] + dx0, dx[:, 1:, :]], axis=1)    # the CLS row is also the query
-    grads = _rename(g_q, "q")
-    grads.update(_rename(g_kv, "kv"))
     grads.update(_rename(g_o, "o"))
     return dx, grads

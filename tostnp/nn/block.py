@@ -17,6 +17,7 @@ LayerScale, MLP act on each token alone) and carries only the TSSA prefix statis
 from __future__ import annotations
 
 from .._validate import check_array
+from ..params import check_params, sub, prefixed
 from .layers import (layer_norm_forward, layer_norm_backward, mlp_forward, mlp_backward,
                      layer_scale_forward, layer_scale_backward)
 from .tssa import tssa_forward, tssa_backward, tssa_init, tssa_decode_init, tssa_decode_step
@@ -24,49 +25,30 @@ from .tssa import tssa_forward, tssa_backward, tssa_init, tssa_decode_init, tssa
 __all__ = ["tost_block_forward", "tost_block_backward", "tost_block_init",
            "tost_block_decode_init", "tost_block_decode_step"]
 
-_TSSA_KEYS = ("W_u", "b_u", "temp", "W_o", "b_o", "denom_bias")
-_MLP_KEYS = ("W1", "b1", "W2", "b2")
-
-
 def _split(params, C: int, num_heads: int, causal: bool, dtype):
-    """Check the flat params and split them into sub-layer dicts."""
-    if not isinstance(params, dict):
-        raise TypeError(f"params must be a dict of arrays, got {type(params).__name__}")
+    """Check the flat params and split them into sub-layer dicts (tssa, mlp)."""
     if isinstance(num_heads, bool) or not isinstance(num_heads, int) or num_heads < 1:
         raise ValueError(f"num_heads must be a positive int, got {num_heads!r}")
     if C % num_heads != 0:
         raise ValueError(f"num_heads={num_heads} must divide the width C={C}")
+    if not isinstance(params, dict):
+        raise TypeError(f"params must be a dict of arrays, got {type(params).__name__}")
     W_u = params.get("tssa.W_u")
     if getattr(W_u, "ndim", 0) == 2 and W_u.shape[0] != C:
         raise ValueError(f"the input has width C={C} but params['tssa.W_u'] has shape "
                          f"{tuple(W_u.shape)}; expected ({C}, {C})")
     H = params["mlp.W1"].shape[-1] if getattr(params.get("mlp.W1"), "ndim", 0) == 2 else "H"
-    required = {"ln1.gamma": (C,), "ln1.beta": (C,), "tssa.W_u": (C, C),
-                "tssa.temp": (num_heads, 1), "tssa.W_o": (C, C), "ls1.gamma": (C,),
-                "ln2.gamma": (C,), "ln2.beta": (C,), "mlp.W1": (C, H), "mlp.W2": (H, C),
-                "ls2.gamma": (C,)}
-    optional = {"tssa.b_u": (C,), "tssa.b_o": (C,), "mlp.b1": (H,), "mlp.b2": (C,),
-                "tssa.denom_bias": (num_heads, "max_len", 1)}
-    if causal:
-        required["tssa.denom_bias"] = optional.pop("tssa.denom_bias")
-    for key, shape in required.items():
-        if key not in params:
-            raise ValueError(f"params is missing key {key!r} of shape {shape}")
-    known = {**required, **optional}
-    for key, a in params.items():
-        if key not in known:
-            raise ValueError(f"params has unknown key {key!r}; expected keys {sorted(known)}")
-        shape = known[key]
-        check_array(a, f"params[{key!r}]", shape_desc=str(shape))
-        ok = a.ndim == len(shape) and all(s == "max_len" or s == n for s, n in zip(shape, a.shape))
-        if not ok:
-            raise ValueError(f"params[{key!r}] must have shape {shape}, got {tuple(a.shape)}")
-        if a.dtype != dtype:
-            raise TypeError(f"params[{key!r}] has dtype {a.dtype} but x has {dtype}; "
-                            "pass arrays of one dtype")
-    tssa = {k: params["tssa." + k] for k in _TSSA_KEYS if "tssa." + k in params}
-    mlp = {k: params["mlp." + k] for k in _MLP_KEYS if "mlp." + k in params}
-    return tssa, mlp
+    h = num_heads
+    spec = {"ln1.gamma": ((C,), True), "ln1.beta": ((C,), True),
+            "tssa.W_u": ((C, C), True), "tssa.b_u": ((C,), False),
+            "tssa.temp": ((h, 1), True),
+            "tssa.W_o": ((C, C), True), "tssa.b_o": ((C,), False),
+            "tssa.denom_bias": ((h, "max_len", 1), causal),
+            "ls1.gamma": ((C,), True), "ln2.gamma": ((C,), True), "ln2.beta": ((C,), True),
+            "mlp.W1": ((C, H), True), "mlp.b1": ((H,), False),
+            "mlp.W2": ((H, C), True), "mlp.b2": ((C,), False), "ls2.gamma": ((C,), True)}
+    check_params(params, spec, dtype)
+    return sub(params, "tssa"), sub(params, "mlp")
 
 
 def tost_block_forward(x, params, num_heads: int, causal: bool = False, ln_eps: float = 1e-6):
@@ -102,14 +84,14 @@ def tost_block_backward(dy, cache):
     dm, g = layer_scale_backward(dy, cache["ls2"])
     grads["ls2.gamma"] = g["gamma"]
     db, g = mlp_backward(dm, cache["mlp"])
-    grads.update({"mlp." + k: v for k, v in g.items()})
+    grads.update(prefixed(g, "mlp"))
     dx1, g = layer_norm_backward(db, cache["ln2"])
     grads["ln2.gamma"], grads["ln2.beta"] = g["gamma"], g["beta"]
     dx1 = dx1 + dy                                                           # residual 2
     dt, g = layer_scale_backward(dx1, cache["ls1"])
     grads["ls1.gamma"] = g["gamma"]
     da, g = tssa_backward(dt, cache["tssa"])
-    grads.update({"tssa." + k: v for k, v in g.items()})
+    grads.update(prefixed(g, "tssa"))
     dx, g = layer_norm_backward(da, cache["ln1"])
     grads["ln1.gamma"], grads["ln1.beta"] = g["gamma"], g["beta"]
     return dx + dx1, grads                                                   # residual 1
@@ -129,7 +111,7 @@ def tost_block_init(rng, xp, C: int, num_heads: int, *, causal: bool = False,
     ones = lambda n: xp.ones((n,), dtype=dtype, device=device)
     zeros = lambda n: xp.zeros((n,), dtype=dtype, device=device)
     params = {"ln1.gamma": ones(C), "ln1.beta": zeros(C)}
-    params.update({"tssa." + k: v for k, v in tssa.items()})
+    params.update(prefixed(tssa, "tssa"))
     params["ls1.gamma"] = float(layer_scale_init) * ones(C)
     params.update({"ln2.gamma": ones(C), "ln2.beta": zeros(C)})
     params["mlp.W1"] = rng.normal(xp, (C, H), dtype, std=std, device=device)
@@ -144,8 +126,7 @@ def tost_block_init(rng, xp, C: int, num_heads: int, *, causal: bool = False,
 
 def tost_block_decode_init(batch: int, params, num_heads: int):
     """Empty decoder state for ``batch`` sequences: {"tssa": TSSA prefix statistics}."""
-    tssa_p = {k: params["tssa." + k] for k in _TSSA_KEYS if "tssa." + k in params}
-    return {"tssa": tssa_decode_init(batch, tssa_p, num_heads)}
+    return {"tssa": tssa_decode_init(batch, sub(params, "tssa"), num_heads)}
 
 
 def tost_block_decode_step(state, x_t, params, num_heads: int, t: int, ln_eps: float = 1e-6):

@@ -35,7 +35,8 @@ import math
 
 from .. import backend
 from .attention import _check_x_heads, _qkv_spec, _split, _merge, _rename
-from .layers import _check_params, linear_forward, linear_backward
+from ..params import check_params
+from .layers import linear_forward, linear_backward
 
 __all__ = ["flash_attention_forward", "flash_attention_backward"]
 
@@ -139,7 +140,7 @@ def flash_attention_forward(x, params, num_heads, causal=False):
     if x.shape[1] < 1:
         raise ValueError(f"flash_attention: x must have at least one token, got shape "
                          f"{tuple(x.shape)}")
-    _check_params(params, _qkv_spec(C), x, "flash_attention")
+    check_params(params, _qkv_spec(C), x.dtype, "flash_attention")
     scale = 1.0 / math.sqrt(C // num_heads)
     qkv, c_qkv = linear_forward(x, params["W_qkv"], params.get("b_qkv"))   # (B, N, 3C)
     a = _split(xp, qkv, 3, num_heads)                              # (3, B, h, N, p)

@@ -18,6 +18,7 @@ import math
 
 from .. import backend
 from .._validate import check_array
+from ..params import check_params
 
 __all__ = [
     "linear_forward", "linear_backward",
@@ -33,7 +34,7 @@ __all__ = [
 
 
 # ---------------------------------------------------------------------------------------------
-# input checks (also used by tostnp.nn.attention)
+# input checks (dict-valued parameters go through tostnp.params.check_params)
 # ---------------------------------------------------------------------------------------------
 def _check_param(a, name: str, shape: tuple, like):
     """``a`` must be a floating array of exactly ``shape`` with the dtype of ``like``."""
@@ -46,23 +47,6 @@ def _check_param(a, name: str, shape: tuple, like):
     if a.dtype != like.dtype:
         raise TypeError(f"{name} has dtype {a.dtype} but the input has {like.dtype}; "
                         f"pass arrays of one dtype")
-
-
-def _check_params(params, spec: dict, like, where: str) -> None:
-    """Check a params dict against ``spec``: {key: (shape, required)}.
-
-    A missing required key or a misshaped array raises ValueError naming the key and the
-    expected shape; unknown keys are ignored (a block may pass extra entries).
-    """
-    if not isinstance(params, dict):
-        raise TypeError(f"{where}: params must be a dict of arrays, got {type(params).__name__}")
-    for key, (shape, required) in spec.items():
-        if key in params and params[key] is not None:
-            _check_param(params[key], key, shape, like)
-        elif required:
-            want = "(" + ", ".join(str(s) for s in shape) + (",)" if len(shape) == 1 else ")")
-            raise ValueError(f"{where}: missing parameter {key!r}: expected an array of "
-                             f"shape {want}")
 
 
 def _sum_leading(xp, a):
@@ -188,8 +172,8 @@ def mlp_forward(x, params):
     if W1 is not None:
         check_array(W1, "W1", ndim=2, shape_desc=f"({C}, H)")
     Hd = W1.shape[1] if W1 is not None else "H"
-    _check_params(params, {"W1": ((C, Hd), True), "b1": ((Hd,), False),
-                           "W2": ((Hd, C), True), "b2": ((C,), False)}, x, "mlp")
+    check_params(params, {"W1": ((C, Hd), True), "b1": ((Hd,), False),
+                          "W2": ((Hd, C), True), "b2": ((C,), False)}, x.dtype, "mlp")
     h, c1 = linear_forward(x, params["W1"], params.get("b1"))     # (..., H)
     a, c2 = gelu_forward(h)                                        # (..., H)
     y, c3 = linear_forward(a, params["W2"], params.get("b2"))     # (..., C)

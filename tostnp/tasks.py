@@ -1,4 +1,5 @@
 """Tasks for :func:`tostnp.train.train`: a model plus its data, batching, loss and evaluation.
+(The data themselves -- loading, augmentation, LM windows -- are in :mod:`tostnp.data`.)
 
 A task provides ``kind``, ``cfg``, ``title``, ``xp``/``device``/``dtype``, and
 
@@ -18,53 +19,13 @@ import math
 
 import numpy as np
 
-from .. import backend
-from ..data import sample_lm_batch, unigram_bits_per_char
-from .vision import vision_init, vision_forward, vision_loss_and_grads
-from .lm import lm_init, lm_forward, lm_loss_and_grads
-from ..nn.layers import softmax_cross_entropy_forward
+from . import backend
+from .data import sample_lm_batch, unigram_bits_per_char, random_shift
+from .models.vision import vision_init, vision_forward, vision_loss_and_grads
+from .models.lm import lm_init, lm_forward, lm_loss_and_grads
+from .nn.layers import softmax_cross_entropy_forward
 
-__all__ = ["VisionTask", "LMTask", "random_shift", "load_vision_data", "load_lm_text"]
-
-
-def load_vision_data(name: str = "digits", data_dir: str | None = None):
-    """(X_train, y_train, X_test, y_test) host arrays for "digits" | "mnist" | "cifar10"."""
-    from .. import data
-    if name == "digits":
-        return data.load_digits_split()
-    if name in ("mnist", "cifar10"):
-        if not data_dir:
-            raise ValueError(f"--data {name} needs --data-dir: the directory holding the "
-                             f"downloaded files (tostnp never downloads)")
-        return data.load_mnist(data_dir) if name == "mnist" else data.load_cifar10(data_dir)
-    raise ValueError(f"data must be 'digits', 'mnist' or 'cifar10', got {name!r}")
-
-
-def load_lm_text(path: str | None = None, val_fraction: float = 0.1, tokenizer=None):
-    """-> (train_ids, val_ids, tokenizer): the corpus at ``path`` (default corpus if None),
-    character-tokenised (with ``tokenizer`` if given, e.g. from a checkpoint)."""
-    from .. import data
-    text = data.load_text(path)
-    tok = data.CharTokenizer(text) if tokenizer is None else tokenizer
-    train_ids, val_ids = data.train_val_split(tok.encode(text), val_fraction)
-    return train_ids, val_ids, tok
-
-
-def random_shift(X: np.ndarray, max_shift: int, rng) -> np.ndarray:
-    """Host augmentation: translate each image by up to ``max_shift`` pixels (zero fill).
-
-    X: (B, H, W, C) host array -> (B, H, W, C). Draws 2 integers per image from ``rng``.
-    """
-    if max_shift <= 0:
-        return X
-    B, H, W, _ = X.shape
-    s = max_shift
-    pad = np.pad(X, ((0, 0), (s, s), (s, s), (0, 0)))
-    dy = rng.integers(0, 2 * s + 1, size=B)
-    dx = rng.integers(0, 2 * s + 1, size=B)
-    rows = dy[:, None] + np.arange(H)[None, :]                          # (B, H)
-    cols = dx[:, None] + np.arange(W)[None, :]                          # (B, W)
-    return pad[np.arange(B)[:, None, None], rows[:, :, None], cols[:, None, :]]
+__all__ = ["VisionTask", "LMTask"]
 
 
 class VisionTask:

@@ -1,0 +1,121 @@
+"""``python -m tostnp bench``: the command line of the benchmark (:mod:`tostnp.bench`).
+
+Measures TSSA against softmax and linear attention (time and memory against the length N),
+the recurrent decoder and the training throughput; writes ``bench_<device>.json`` and plots
+into ``--out``, prints a table and the targets. ``--device gpu`` without a usable GPU prints why
+and exits with status 2, writing nothing.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+
+from .. import backend
+from ..bench import (DEFAULT_SIZES, DEFAULT_CONTEXTS, run_benchmark, evaluate_targets,
+                     format_report, write_plots)
+from ..io import atomic_write_text
+
+__all__ = ["add_arguments", "run"]
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    g = parser.add_argument_group("sizes")
+    g.add_argument("--sizes", type=int, nargs="+", default=None, metavar="N",
+                   help=f"sequence lengths N (default {' '.join(map(str, DEFAULT_SIZES))}; "
+                        "--quick: 32 64)")
+    g.add_argument("--batch", type=int, default=None, help="batch B (default 4; --quick: 1)")
+    g.add_argument("--width", type=int, default=None, help="width C (default 384; --quick: 24)")
+    g.add_argument("--heads", type=int, default=None, help="heads h (default 6; --quick: 2)")
+    g.add_argument("--contexts", type=int, nargs="+", default=None, metavar="T",
+                   help="decoder context lengths (default "
+                        f"{' '.join(map(str, DEFAULT_CONTEXTS))}; --quick: 16 32)")
+    g.add_argument("--decode-steps", type=int, default=None,
+                   help="decoder steps timed per context (default 64; --quick: 4)")
+    g.add_argument("--quick", action="store_true",
+                   help="tiny sizes, 1 repeat: a smoke run in seconds (figures meaningless)")
+    r = parser.add_argument_group("run")
+    r.add_argument("--dtype", choices=["float32", "float64"], default="float32")
+    r.add_argument("--device", choices=["cpu", "gpu"], default="cpu",
+                   help="cpu (NumPy) or gpu (CuPy; exits with status 2 if no GPU is usable)")
+    r.add_argument("--repeats", type=int, default=None,
+                   help="timed rounds, the median is reported (default 5; --quick: 1)")
+    r.add_argument("--warmup", type=int, default=1, help="untimed rounds first (default 1)")
+    r.add_argument("--max-mem-gb", type=float, default=8.0,
+                   help="skip a layer at a size whose estimated memory exceeds this (default 8)")
+    r.add_argument("--no-train", action="store_true",
+                   help="skip the training-throughput section")
+    r.add_argument("--seed", type=int, default=0)
+    r.add_argument("--out", default="bench_out",
+                   help="output folder for bench_<device>.json and the plots (default ./bench_out)")
+    r.add_argument("--no-progress", action="store_true", help="no tqdm progress bar")
+
+
+def _settings(args) -> dict:
+    q = args.quick
+    pick = lambda v, full, quick: v if v is not None else (quick if q else full)  # noqa: E731
+    s = {
+        "sizes": pick(args.sizes, DEFAULT_SIZES, [32, 64]),
+        "batch": pick(args.batch, 4, 1),
+        "width": pick(args.width, 384, 24),
+        "heads": pick(args.heads, 6, 2),
+        "contexts": pick(args.contexts, DEFAULT_CONTEXTS, [16, 32]),
+        "decode_steps": pick(args.decode_steps, 64, 4),
+        "repeats": pick(args.repeats, 5, 1),
+        "warmup": args.warmup, "dtype": args.dtype, "device": args.device,
+        "max_mem_gb": args.max_mem_gb, "train": not args.no_train, "quick": q,
+        "seed": args.seed,
+    }
+    for key in ("batch", "width", "heads", "decode_steps", "repeats"):
+        if s[key] < 1:
+            raise ValueError(f"--{key.replace('_', '-')} must be >= 1, got {s[key]}")
+    if s["warmup"] < 0:
+        raise ValueError(f"--warmup must be >= 0, got {s['warmup']}")
+    if any(n < 1 for n in s["sizes"]) or any(t < 1 for t in s["contexts"]):
+        raise ValueError("--sizes and --contexts must be positive integers")
+    if s["width"] % s["heads"]:
+        raise ValueError(f"--heads ({s['heads']}) must divide --width ({s['width']})")
+    s["sizes"] = sorted(set(s["sizes"]))
+    s["contexts"] = sorted(set(s["contexts"]))
+    return s
+
+
+def run(args) -> int:
+    try:
+        s = _settings(args)
+    except ValueError as e:
+        print(f"bench: {e}", file=sys.stderr)
+        return 1
+    if s["device"] == "gpu" and not backend.gpu_available():
+        print("bench: --device gpu needs CuPy and a usable CUDA GPU, and none is available "
+              "here (cupy.cuda.is_available() is False or CuPy is not installed). Nothing was "
+              "measured or written; run with --device cpu.", file=sys.stderr)
+        return 2
+    result = run_benchmark(s, progress=not args.no_progress)
+    result["targets"] = evaluate_targets(result)
+    result["meta"]["command"] = _command(s, args)
+    os.makedirs(args.out, exist_ok=True)
+    json_path = os.path.join(args.out, f"bench_{s['device']}.json")
+    atomic_write_text(json_path, json.dumps(result, indent=1, sort_keys=False) + "\n")
+    plots = write_plots(result, args.out, prefix=f"bench_{s['device']}")
+    print(format_report(result))
+    print(f"wrote {json_path}" + "".join(f", {p}" for p in plots))
+    return 0
+
+
+def _command(s, args) -> str:
+    """The command line that reproduces these settings."""
+    parts = ["python -m tostnp bench"]
+    if s["quick"]:
+        parts.append("--quick")
+    parts.append("--sizes " + " ".join(map(str, s["sizes"])))
+    parts.append(f"--batch {s['batch']} --width {s['width']} --heads {s['heads']}")
+    parts.append("--contexts " + " ".join(map(str, s["contexts"])))
+    parts.append(f"--decode-steps {s['decode_steps']} --repeats {s['repeats']} "
+                 f"--warmup {s['warmup']} --dtype {s['dtype']} --device {s['device']} "
+                 f"--max-mem-gb {s['max_mem_gb']:g} --seed {s['seed']}")
+    if not s["train"]:
+        parts.append("--no-train")
+    parts.append(f"--out {args.out}")
+    return " ".join(parts)
