@@ -3,10 +3,10 @@
 1. ``memberships.png`` -- the membership Pi of every head of the LAST ToST block, reshaped to
    the patch grid and overlaid on a few test images; the last column colours each patch by the
    head that claims it (argmax_k Pi). Pi is a softmax over heads, one distribution per token
-   (tost-math §4 step 2), so the heads partition the image softly.
+   (book: eq-layer-pi), so the heads partition the image softly.
 
 2. ``compression.png`` -- the variational compression term R^var_c measured at each layer
-   (tost-math §2) with the layer's OWN subspaces and memberships, for the trained model and for
+   (book: eq-Rvar) with the layer's OWN subspaces and memberships, for the trained model and for
    the same architecture at initialisation. Exactly what is measured, at layer l (input x_l):
 
        Z_l   = LN1_l(x_l)                                   the TSSA layer's input   (B, N, C)

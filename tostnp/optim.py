@@ -1,6 +1,6 @@
 """AdamW, its learning-rate schedule and global-norm gradient clipping (Array API only).
 
-The optimizer used by the published ToST language models (tost-math §5): AdamW with betas
+The optimizer used by the published ToST language models: AdamW with betas
 (0.9, 0.95), a linear warm-up followed by a cosine decay from ``max_lr`` to ``min_lr``, gradient
 clipping at global norm 1.0, and *no* weight decay on ``temp``, ``denom_bias``, norms and biases.
 
@@ -42,7 +42,7 @@ __all__ = ["AdamW", "default_no_decay", "lr_schedule", "clip_grad_norm"]
 
 # Leaf names (the part after the last ".") that are never decayed.
 _NO_DECAY_LEAVES = {"b", "bias", "beta", "gamma", "temp", "denom_bias"}
-# b1, b2, b_qkv, b_o, ...: biases in the API.md naming.
+# b1, b2, b_qkv, b_o, ...: biases as tostnp.nn names them.
 _BIAS_LEAF = re.compile(r"^b(\d+|_\w+)$")
 
 

@@ -36,7 +36,7 @@ __all__ = ["TrainConfig", "train", "read_metrics"]
 
 @dataclass(frozen=True)
 class TrainConfig:
-    """Optimisation settings (defaults from tost-math §5: AdamW betas (0.9, 0.95), cosine to
+    """Optimisation settings (defaults as published for ToST: AdamW betas (0.9, 0.95), cosine to
     max_lr / 10, clip 1.0).
 
     steps: total optimizer updates (the schedule's length); stop_at: stop early after this many

@@ -65,7 +65,7 @@ def _ref_membership(Z, U, eta):
 
 
 def _grad_coding_rate_closed_form(Z, eps):
-    """grad_Z R = a Z (I + a Z^T Z)^{-1}, a = d/(n eps^2): tost-math section 1, rows convention."""
+    """grad_Z R = a Z (I + a Z^T Z)^{-1}, a = d/(n eps^2): the gradient of eq-R, rows convention."""
     n, d = Z.shape
     a = d / (n * eps**2)
     return a * np.linalg.solve(np.eye(d) + a * Z.T @ Z, Z.T).T

@@ -22,7 +22,7 @@ Peak memory: a separate run under ``tracemalloc`` (NumPy reports its buffers to 
 the bytes the CuPy memory pool holds after a run that started from an empty pool on GPU; both
 count what the call allocates, not its inputs. Writes ``bench_<device>.json`` and log-log plots
 (``bench_<device>_time.png``, ``_memory.png``, ``_decode.png``) atomically into ``--out``, prints
-a table and the issue's targets with PASS/MISS. ``--device gpu`` without a usable GPU prints
+a table and the targets (tostnp/bench/report.py) with PASS/MISS. ``--device gpu`` without a usable GPU prints
 why and exits with status 2, writing nothing.
 """
 from __future__ import annotations

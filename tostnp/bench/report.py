@@ -27,7 +27,8 @@ def _target(desc, value, op, limit, unit="x"):
 
 
 def evaluate_targets(result: dict) -> list:
-    """The issue's targets, from the measured numbers (None where a size was not measured)."""
+    """The benchmark's targets (ratios from one run), from the measured numbers (None where a
+    size was not measured)."""
     ref = result["reference_matmuls"]
 
     def ratio(a, b):

@@ -23,7 +23,7 @@ class VisionConfig:
     width C, depth (ToST blocks), num_heads h (C % h == 0), mlp_ratio (hidden = mlp_ratio * C);
     pool: "cls" (class-attention blocks, the CLS token is the only query -> linear cost) or
     "mean" (mean of the patch tokens); num_cls_blocks: class-attention blocks when pool="cls";
-    layer_scale_init: LayerScale gamma init (1.0 for shallow vision models, tost-math §5);
+    layer_scale_init: LayerScale gamma init (1.0 for shallow vision models, as published);
     ln_eps: LayerNorm eps (1e-6 for vision); init_std: std of the weight matrices (0.02 as
     published; the tiny digits preset uses 0.1, which on 1347 training images reaches 97% in
     about half the epochs -- measured with the "tiny-digits" training preset below).
@@ -71,7 +71,7 @@ class LMConfig:
     """A causal ToST language model (see :mod:`tostnp.models.lm`).
 
     vocab_size V, block_size (max context T; the causal TSSA denom_bias has this many rows),
-    width C, depth, num_heads h, mlp_ratio; layer_scale_init 1e-5 (tost-math §5 for LMs);
+    width C, depth, num_heads h, mlp_ratio; layer_scale_init 1e-5 (as published for LMs);
     ln_eps 1e-5; init_std 0.02 (output projections get init_std / sqrt(2 * depth)).
     No biases anywhere (the LayerNorms keep their beta shift, see lm.py).
     """

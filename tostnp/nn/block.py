@@ -1,4 +1,4 @@
-r"""The ToST block (tost-math.md §5): pre-LayerNorm, TSSA, LayerScale, residual; then the MLP.
+r"""The ToST block (book: eq-tiny-tost): pre-LayerNorm, TSSA, LayerScale, residual; then the MLP.
 
     x1 = x  + gamma1 * TSSA(LN1(x))          x, x1, y: (B, N, C)
     y  = x1 + gamma2 * MLP(LN2(x1))          MLP = Linear(C, H) -> GELU -> Linear(H, C), H = 4C

@@ -21,8 +21,13 @@ Forward (non-causal), per batch element and head k, coordinates c in head k (boo
     out_nc = -w_nc Pi_nk r_c                   (N, C)  = -n grad_w R^var_c (eq-layer-grad)
     y      = out @ W_o + b_o                   (N, C)                               eq-layer-out
 
-Names in the code that differ from the book: ``sq`` = w^2, ``S1`` = the column energies,
-``S2`` = sum_n Pi sq (the numerator of m), ``n_Pi`` = n_k (the denominator), ``a`` = w Pi.
+Names in the code that are not the book's symbols (book -> code):
+
+    w^2 (entry-wise)                 sq          ``g_<name>``  dLoss/d<name>
+    sum_j w_jki^2 (token axis)       S1          ``*_h``       a (..., h, p) view, split heads
+    sum_j Pi_jk w_jki^2              S2          E             (C, h) head indicator
+    sum_j Pi_jk + 1e-8               n_Pi        ``a``         w Pi (per head)
+    1 / (1 + m)                      r           ``q``         the logits before temp
 
 Two tricks keep it fast (each names the equation it implements where it is used):
 r is per coordinate here, so y = a @ (diag(-r) W_o) folds r into the weight (one C x C per
@@ -97,40 +102,38 @@ def tssa_backward(dy, cache):
 def full_forward(x, params, h, p, xp):
     B, N, C = x.shape
     dt, dev = x.dtype, device_of(x)
-    E = head_indicator(xp, C, h, dt, dev)                                       # (C, h)
-    Et = xp.matrix_transpose(E)                                                  # (h, C)
+    Et = xp.matrix_transpose(head_indicator(xp, C, h, dt, dev))                 # (h, C)
     temp = xp.reshape(params["temp"], (1, 1, h))                                 # (1, 1, h)
 
-    w = project_in(x, params, xp)                                               # (B, N, C)
+    w = project_in(x, params, xp)                                                # (B, N, C)  eq-layer-w
     sq = w * w                                                                   # (B, N, C)
     S1 = xp.sum(sq, axis=1)                                                      # (B, C)
-    inv_S1 = 1.0 / xp.clip(S1, min=NORM_EPS2)                                   # (B, C)
-    # q_nk = sum_{c in k} sq_nc inv_S1_c: a dot product over each head's p coordinates
-    q = xp.vecdot(split_heads(sq, h, p, xp), xp.reshape(inv_S1, (B, 1, h, p)))        # (B, N, h)
-    Pi = softmax_heads(temp * q, xp)                                            # (B, N, h)
-    Pic = per_coord(Pi, xp)                                                     # (B, N, h, 1)
+    inv_S1 = 1.0 / xp.clip(S1, min=NORM_EPS2)                                    # (B, C)
+    # q_nk = sum_{c in k} sq_nc / S1_c: a dot product over each head's p coordinates
+    q = xp.vecdot(split_heads(sq, h, p, xp), xp.reshape(inv_S1, (B, 1, h, p)))  # (B, N, h)
+    Pi = softmax_heads(temp * q, xp)                                             # (B, N, h)  eq-layer-pi
 
-    n_Pi = xp.sum(Pi, axis=1) + PI_EPS                                             # (B, h)
-    # S2_c = sum_n Pi_nk sq_nc: per-head matrix-vector products read sq once (backward
-    # recomputes sq, which is cheaper than keeping it)
-    S2 = head_token_sums(Pi, sq, h, p, xp)                                      # (B, C)
+    n_Pi = xp.sum(Pi, axis=1) + PI_EPS                                           # (B, h)
+    # S2_c = sum_n Pi_nk sq_nc (eq-layer-out): per-head matrix-vector products read sq once
+    # (the backward recomputes sq, which is cheaper than keeping it)
+    S2 = head_token_sums(Pi, sq, h, p, xp)                                       # (B, C)
     # a = w Pi, written into sq's buffer (sq is not needed any more): a copy and an in-place
     # product on warm memory beat a fresh array, whose pages fault on first touch
     a, sq = sq, None
     a[...] = w
-    a4 = split_heads(a, h, p, xp)                                                     # view of a
-    a4 *= Pic                                                                    # (B, N, C)  w Pi
-    m = S2 / (n_Pi @ Et)                                                            # (B, C)
+    a_h = split_heads(a, h, p, xp)                                               # a view of a
+    a_h *= per_coord(Pi, xp)                                                     # (B, N, C)  w Pi
+    m = S2 / (n_Pi @ Et)                                                         # (B, C)
     r = 1.0 / (1.0 + m)                                                          # (B, C)
 
-    # out = -a r and y = out @ W_o = a @ (diag(-r) W_o): r is per coordinate here, so fold
-    # it into the weight (C x C per batch) instead of scaling the (N, C) array
+    # out = -a r, y = out @ W_o + b_o (eq-layer-out). r is per coordinate here, so fold it into
+    # the weight, y = a @ (diag(-r) W_o): one C x C per batch element instead of an (N, C) pass
     W_eff = xp.reshape(-r, (B, C, 1)) * params["W_o"]                            # (B, C, C)
     y = a @ W_eff                                                                # (B, N, C)
     if "b_o" in params:
         y += params["b_o"]
     cache = {"causal": False, "x": x, "params": params, "h": h, "p": p,
-             "w": w, "S1": S1, "inv_S1": inv_S1, "q": q, "Pi_nh": Pi, "n_Pi": n_Pi,
+             "w": w, "S1": S1, "inv_S1": inv_S1, "q": q, "n_Pi": n_Pi,
              "m": m, "r": r, "a": a, "W_eff": W_eff,
              "Pi": xp.permute_dims(Pi, (0, 2, 1))}                               # (B, h, N)
     return y, cache
@@ -140,48 +143,50 @@ def full_backward(dy, cache, xp):
     params, h, p = cache["params"], cache["h"], cache["p"]
     B, N, C = dy.shape
     dt, dev = dy.dtype, device_of(dy)
-    E = head_indicator(xp, C, h, dt, dev)                                       # (C, h)
+    E = head_indicator(xp, C, h, dt, dev)                                        # (C, h)
     Et = xp.matrix_transpose(E)                                                  # (h, C)
-    w, Pi, a = cache["w"], cache["Pi_nh"], cache["a"]
+    w, a = cache["w"], cache["a"]
+    Pi = xp.permute_dims(cache["Pi"], (0, 2, 1))         # (B, N, h): a view, tokens as rows
     r, m, n_Pi, inv_S1 = cache["r"], cache["m"], cache["n_Pi"], cache["inv_S1"]
-    Pic = per_coord(Pi, xp)                                                     # (B, N, h, 1)
-    sq4 = split_heads(w * w, h, p, xp)        # (B, N, h, p) recomputed: cheaper than caching it
+    sq_h = split_heads(w * w, h, p, xp)      # (B, N, h, p) recomputed: cheaper than caching it
     grads = {}
     if "b_o" in params:
-        grads["b_o"] = xp.sum(xp.reshape(dy, (B * N, C)), axis=0)               # (C,)
+        grads["b_o"] = xp.sum(xp.reshape(dy, (B * N, C)), axis=0)                # (C,)
     # y = a @ W_eff, W_eff = diag(-r) W_o
-    G = xp.matrix_transpose(a) @ dy                                              # (B, C, C) g_W_eff
-    grads["W_o"] = xp.sum(xp.reshape(-r, (B, C, 1)) * G, axis=0)                 # (C, C)
-    g_r = -xp.sum(G * params["W_o"], axis=-1)                                    # (B, C)
-    ga = dy @ xp.matrix_transpose(cache["W_eff"])                                # (B, N, C)
-    # r = 1/(1+m), m = S2/n_Pi
+    g_W_eff = xp.matrix_transpose(a) @ dy                                        # (B, C, C)
+    grads["W_o"] = xp.sum(xp.reshape(-r, (B, C, 1)) * g_W_eff, axis=0)           # (C, C)
+    g_r = -xp.sum(g_W_eff * params["W_o"], axis=-1)                              # (B, C)
+    g_a = dy @ xp.matrix_transpose(cache["W_eff"])                               # (B, N, C)
+    # r = 1/(1+m), m = S2/n
     g_m = -g_r * r * r                                                           # (B, C)
-    g_S2 = g_m / (n_Pi @ Et)                                                        # (B, C)
-    g_n = -((g_m * m) @ E) / n_Pi                                                   # (B, h)
-    # Pi is used by a = w Pi, by S2 = sum_n Pi sq and by n_Pi = sum_n Pi (a broadcast back):
-    # g_Pi_nk = sum_{c in k} (ga_nc w_nc + sq_nc g_S2_c) + g_D_k, dot products over heads
-    gPi = xp.vecdot(split_heads(ga, h, p, xp), split_heads(w, h, p, xp)) \
-        + xp.vecdot(sq4, xp.reshape(g_S2, (B, 1, h, p))) \
+    g_S2 = g_m / (n_Pi @ Et)                                                     # (B, C)
+    g_n = -((g_m * m) @ E) / n_Pi                                                # (B, h)
+    # Pi is used by a = w Pi, by S2 = sum_n Pi sq and by n = sum_n Pi (a broadcast back):
+    # g_Pi_nk = sum_{c in k} (g_a_nc w_nc + sq_nc g_S2_c) + g_n_k, dot products over heads
+    g_Pi = xp.vecdot(split_heads(g_a, h, p, xp), split_heads(w, h, p, xp)) \
+        + xp.vecdot(sq_h, xp.reshape(g_S2, (B, 1, h, p))) \
         + xp.reshape(g_n, (B, 1, h))                                             # (B, N, h)
-    gq = softmax_heads_backward(gPi, cache, grads, xp)                                # (B, N, h)
-    # q = sq @ (E inv_S1): S1 receives -sum_n gq_nk sq_nc inv_S1_c^2 (unclamped c only)
-    t1 = head_token_sums(gq, merge_heads(sq4, xp), h, p, xp)                         # (B, C)
-    del sq4
+    g_q = softmax_heads_backward(g_Pi, cache, grads, xp)                         # (B, N, h)
+    # q_nk = sum_{c in k} sq_nc / S1_c: S1 receives -sum_n g_q_nk sq_nc / S1_c^2 (unclamped c)
+    gq_sq = head_token_sums(g_q, merge_heads(sq_h, xp), h, p, xp)                # (B, C)
+    del sq_h
     active = xp.astype(cache["S1"] > NORM_EPS2, dt)
-    g_S1 = -t1 * inv_S1 * inv_S1 * active                                        # (B, C)
-    # g_sq_nc = Pi_nk g_S2_c + gq_nk inv_S1_c + g_S1_c: one matmul with inner dim 2h + 1
-    A = xp.concat([Pi, gq, xp.ones((B, N, 1), dtype=dt, device=dev)], axis=-1)   # (B, N, 2h+1)
-    Bm = xp.concat([Et * xp.reshape(2.0 * g_S2, (B, 1, C)),
-                    Et * xp.reshape(2.0 * inv_S1, (B, 1, C)),
-                    xp.reshape(2.0 * g_S1, (B, 1, C))], axis=1)                  # (B, 2h+1, C)
-    gw = A @ Bm                                                                  # (B, N, C) 2 g_sq
-    gw *= w                                                                      # 2 w g_sq
-    ga4 = split_heads(ga, h, p, xp)                                                   # view of ga
-    ga4 *= Pic                                                                   # ga is ours
-    gw += merge_heads(ga4, xp)                                                        # + g_a Pi
+    g_S1 = -gq_sq * inv_S1 * inv_S1 * active                                     # (B, C)
+    # g_sq_nc = Pi_nk g_S2_c + g_q_nk / S1_c + g_S1_c (S1 = sum_n sq: a broadcast back), as ONE
+    # matmul of inner size 2h+1: per-token factors [Pi | g_q | 1] times per-coordinate rows
+    # [E^T g_S2; E^T / S1; g_S1], each row doubled for g_w = 2 w g_sq
+    tok = xp.concat([Pi, g_q, xp.ones((B, N, 1), dtype=dt, device=dev)], axis=-1)  # (B, N, 2h+1)
+    coord = xp.concat([Et * xp.reshape(2.0 * g_S2, (B, 1, C)),
+                       Et * xp.reshape(2.0 * inv_S1, (B, 1, C)),
+                       xp.reshape(2.0 * g_S1, (B, 1, C))], axis=1)               # (B, 2h+1, C)
+    g_w = tok @ coord                                                            # (B, N, C) 2 g_sq
+    g_w *= w                                                                     # 2 w g_sq
+    g_a_h = split_heads(g_a, h, p, xp)                                           # a view of g_a
+    g_a_h *= per_coord(Pi, xp)
+    g_w += merge_heads(g_a_h, xp)                                                # + g_a Pi
     if "denom_bias" in params:
         grads["denom_bias"] = xp.zeros_like(params["denom_bias"])
-    return project_in_backward(gw, grads, cache, xp), grads
+    return project_in_backward(g_w, grads, cache, xp), grads
 
 
 # --------------------------------------------------------------------------------------------

@@ -45,7 +45,7 @@ def _scan(a, xp, reverse: bool = False):
     Same result as ``xp.cumulative_sum(a, axis=1)``, computed in blocks of L tokens: inside a
     block by one matmul with an (L, L) triangular matrix of ones, across blocks by a cumulative
     sum of the block totals. Still O(T L F) = O(T) work, but a matmul instead of NumPy's
-    strided, one-element-at-a-time accumulate along a non-last axis (about 10x faster on CPU),
+    strided, one-element-at-a-time accumulate along a non-last axis,
     and more accurate in float32 (sums of L terms, then T/L terms).
     """
     B, T, F = a.shape
@@ -118,7 +118,7 @@ def causal_forward(x, params, h, p, xp):
         y += params["b_o"]
     cache = {"causal": True, "x": x, "params": params, "h": h, "p": p,
              "w": w, "sq": sq, "inv_S1": inv_S1, "active": active, "ratio": ratio, "q": q,
-             "Pi_nh": Pi, "n_Pi": n_Pi, "r": r, "v": v, "decode_state": state,
+             "n_Pi": n_Pi, "r": r, "v": v, "decode_state": state,
              "Pi": xp.permute_dims(Pi, (0, 2, 1))}                               # (B, h, T)
     return y, cache
 
@@ -126,66 +126,69 @@ def causal_forward(x, params, h, p, xp):
 def causal_backward(dy, cache, xp):
     params, h, p = cache["params"], cache["h"], cache["p"]
     B, T, C = dy.shape
-    w, sq, Pi, v = cache["w"], cache["sq"], cache["Pi_nh"], cache["v"]
-    r, n_Pi = cache["r"], cache["n_Pi"]
-    nc = per_coord(n_Pi, xp)                                                       # (B, T, h, 1)
-    Pic = per_coord(Pi, xp)                                                     # (B, T, h, 1)
+    w, sq, v, r = cache["w"], cache["sq"], cache["v"], cache["r"]
+    Pi = xp.permute_dims(cache["Pi"], (0, 2, 1))         # (B, T, h): a view, tokens as rows
+    n_h = per_coord(cache["n_Pi"], xp)                                           # (B, T, h, 1)
+    Pi_h = per_coord(Pi, xp)                                                     # (B, T, h, 1)
     dy2 = xp.reshape(dy, (B * T, C))
     grads = {}
     if "b_o" in params:
         grads["b_o"] = xp.sum(dy2, axis=0)                                       # (C,)
-    # y = v @ (-W_o), v = -out = a r = a n_Pi / (n_Pi + S2)
+    # y = v @ (-W_o) + b_o with v = -out = a r, a = w Pi, r = n / (n + S2)     (eq-causal-out)
     grads["W_o"] = -(xp.matrix_transpose(xp.reshape(v, (B * T, C))) @ dy2)       # (C, C)
     g_v = xp.reshape(dy2 @ xp.matrix_transpose(-params["W_o"]), (B, T, C))       # (B, T, C)
-    ga = g_v * r                                                                 # (B, T, C)
-    # dv/dS2 = -v r / n_Pi and dv/dn_Pi = v (1 - r) / n_Pi; with u = g_v v / n_Pi:
-    # g_S2 = -u r =: -g_S2n and g_D_k = sum_{c in k} (u - u r)
+    g_a = g_v * r                                                                # (B, T, C)
+    # dv/dS2 = -v r / n and dv/dn = v (1 - r) / n; with u = g_v v / n:
+    # g_S2 = -u r and g_n_k = sum_{c in k} u (1 - r) = sum_{c in k} (u + g_S2)
     u = g_v * v                                                                  # (B, T, C)
-    u4 = split_heads(u, h, p, xp)                                                     # (B, T, h, p)
-    u4 /= nc                                                                     # u = g_v v / n_Pi
-    g_S2n = u * r                                                                # (B, T, C)
-    u -= g_S2n                                                                   # u - u r
-    g_n = xp.sum(split_heads(u, h, p, xp), axis=-1)                                   # (B, T, h)
-    del u, u4
-    # adjoints of the prefix sums S2, S3 are suffix sums
-    G2n = _scan(g_S2n, xp, reverse=True)                                         # (B, T, C) = -G2
-    del g_S2n
-    # head-wise dot products (vecdot) read the (B, T, C) arrays once, with no temporaries
-    gPi = xp.vecdot(split_heads(ga, h, p, xp), split_heads(w, h, p, xp)) \
-        - xp.vecdot(split_heads(G2n, h, p, xp), split_heads(sq, h, p, xp)) \
+    u_h = split_heads(u, h, p, xp)                                               # a view of u
+    u_h /= n_h                                                                   # u = g_v v / n
+    g_S2 = u * r                                                                 # (B, T, C)
+    g_S2 *= -1.0                                                                 # -u r
+    u += g_S2                                                                    # u (1 - r)
+    g_n = xp.sum(split_heads(u, h, p, xp), axis=-1)                              # (B, T, h)
+    del u, u_h
+    # S2 = prefix(Pi sq), S3 = prefix(Pi): the adjoint of a prefix sum is a suffix sum
+    G2 = _scan(g_S2, xp, reverse=True)                                           # (B, T, C)
+    del g_S2
+    # g_Pi_tk = sum_{c in k} (g_a w + G2 sq)_tc + suffix(g_n)_tk: head-wise dot products
+    # (vecdot) read the (B, T, C) arrays once, with no temporaries
+    g_Pi = xp.vecdot(split_heads(g_a, h, p, xp), split_heads(w, h, p, xp)) \
+        + xp.vecdot(split_heads(G2, h, p, xp), split_heads(sq, h, p, xp)) \
         + _scan(g_n, xp, reverse=True)                                           # (B, T, h)
-    gq = softmax_heads_backward(gPi, cache, grads, xp)                                # (B, T, h)
-    # q_tk = sum_{c in k} sq_tc inv_S1_tc + p denom_bias[k, t]
-    db = float(p) * xp.permute_dims(xp.sum(gq, axis=0), (1, 0))                  # (h, T)
+    g_q = softmax_heads_backward(g_Pi, cache, grads, xp)                         # (B, T, h)
+    # q_tk = sum_{c in k} sq_tc / S1_tc + p denom_bias[k, t]                     (eq-causal-pi)
+    db = float(p) * xp.permute_dims(xp.sum(g_q, axis=0), (1, 0))                 # (h, T)
     max_len = params["denom_bias"].shape[1]
     db = xp.reshape(db, (h, T, 1))
     if max_len > T:
         db = xp.concat([db, xp.zeros((h, max_len - T, 1), dtype=dy.dtype,
                                      device=device_of(dy))], axis=1)
     grads["denom_bias"] = db                                                     # (h, max_len, 1)
-    gqc = per_coord(gq, xp)                                                     # (B, T, h, 1)
-    # S1 receives -gq sq inv_S1^2 = -gq ratio inv_S1 (unclamped entries), sent back to sq by
-    # a suffix sum: G1 = suffix(gq ratio inv_S1)
-    g1 = cache["ratio"] * cache["inv_S1"]                                        # (B, T, C)
-    g1_4 = split_heads(g1, h, p, xp)
-    g1_4 *= gqc
-    g1 = merge_heads(g1_4, xp)
+    g_q_h = per_coord(g_q, xp)                                                   # (B, T, h, 1)
+    # S1 receives g_S1 = -g_q sq / S1^2 = -g_q ratio / S1 (unclamped entries only)
+    g_S1 = cache["ratio"] * cache["inv_S1"]                                      # (B, T, C)
+    g_S1_h = split_heads(g_S1, h, p, xp)                                         # a view
+    g_S1_h *= g_q_h
+    g_S1 *= -1.0
     if cache["active"] is not None:
-        g1 *= cache["active"]
-    G1 = _scan(g1, xp, reverse=True)                                             # (B, T, C)
-    # g_w = 2 w g_sq + g_a Pi with g_sq = Pi G2 + gq inv_S1 - G1:
-    #     = 2 w (gq inv_S1 - G1) + Pi (g_a - 2 w G2n)
-    gw = merge_heads(split_heads(cache["inv_S1"], h, p, xp) * gqc, xp)                     # (B, T, C)
-    gw -= G1
-    gw *= w
-    gw *= 2.0                                                                    # 2 w (gq inv_S1 - G1)
-    G2n *= w
-    G2n *= 2.0
-    ga -= G2n                                                                    # g_a - 2 w G2n
-    ga4 = split_heads(ga, h, p, xp)
-    ga4 *= Pic                                                                   # ga is ours
-    gw += merge_heads(ga4, xp)
-    return project_in_backward(gw, grads, cache, xp), grads
+        g_S1 *= cache["active"]
+    # S1 = prefix(sq): sq receives suffix(g_S1)
+    G1 = _scan(g_S1, xp, reverse=True)                                           # (B, T, C)
+    del g_S1, g_S1_h
+    # g_sq = g_q / S1 + G1 + Pi G2, and g_w = 2 w g_sq + g_a Pi, grouped as
+    # g_w = 2 w (g_q / S1 + G1) + Pi (g_a + 2 w G2): Pi multiplies once, per head
+    g_w = merge_heads(split_heads(cache["inv_S1"], h, p, xp) * g_q_h, xp)       # (B, T, C)
+    g_w += G1
+    g_w *= w
+    g_w *= 2.0                                                                   # 2 w (g_q/S1 + G1)
+    G2 *= w
+    G2 *= 2.0
+    g_a += G2                                                                    # g_a + 2 w G2
+    g_a_h = split_heads(g_a, h, p, xp)                                           # a view of g_a
+    g_a_h *= Pi_h
+    g_w += merge_heads(g_a_h, xp)
+    return project_in_backward(g_w, grads, cache, xp), grads
 
 
 # --------------------------------------------------------------------------------------------

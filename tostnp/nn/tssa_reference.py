@@ -56,7 +56,8 @@ def tssa_forward_reference(x, params, num_heads: int, causal: bool = False):
     """TSSA layer, plainly. x: (B, N, C) -> (y (B, N, C), cache with every intermediate).
 
     params as for :func:`tostnp.nn.tssa_forward`: "W_u", "b_u" (opt), "temp" (h, 1), "W_o",
-    "b_o" (opt), "denom_bias" (h, max_len, 1) for ``causal``. cache["Pi"] is (B, N, h).
+    "b_o" (opt), "denom_bias" (h, max_len, 1) for ``causal``. cache["Pi"] is (B, h, N), as
+    for the fast layer (one row of memberships per head: what the figures draw).
     """
     xp = namespace(x)
     B, N, C = x.shape
@@ -90,7 +91,7 @@ def tssa_forward_reference(x, params, num_heads: int, causal: bool = False):
     if "b_o" in params:
         y = y + params["b_o"]
     cache = {"x": x, "params": params, "h": h, "p": p, "causal": causal, "w": w, "wh": wh,
-             "sq": sq, "S1": S1, "S1c": S1c, "ratio": ratio, "q": q, "Pi": Pi, "S2": S2,
+             "sq": sq, "S1": S1, "S1c": S1c, "ratio": ratio, "q": q, "Pi": xp.permute_dims(Pi, (0, 2, 1)), "S2": S2,
              "S3": S3, "n": n, "m": m, "r": r, "out": out2}
     return y, cache
 
@@ -102,7 +103,8 @@ def tssa_backward_reference(dy, cache):
     """
     xp = namespace(dy)
     params, h, p, causal = cache["params"], cache["h"], cache["p"], cache["causal"]
-    x, wh, sq, Pi, r, n, m = (cache[k] for k in ("x", "wh", "sq", "Pi", "r", "n", "m"))
+    x, wh, sq, r, n, m = (cache[k] for k in ("x", "wh", "sq", "r", "n", "m"))
+    Pi = xp.permute_dims(cache["Pi"], (0, 2, 1))                              # (B, N, h)
     S1, S1c, q = cache["S1"], cache["S1c"], cache["q"]
     B, N, C = x.shape
     Pi4 = xp.reshape(Pi, (B, N, h, 1))
