@@ -38,7 +38,7 @@ import numpy as np
 from .backend import to_host
 from .io import atomic_path, atomic_write_text
 
-__all__ = ["save_checkpoint", "load_checkpoint", "checkpoint_paths"]
+__all__ = ["save_checkpoint", "load_checkpoint", "checkpoint_paths", "resolve_checkpoint"]
 
 _FORMAT = "tostnp-checkpoint"
 _VERSION = 1
@@ -53,6 +53,20 @@ def checkpoint_paths(path) -> tuple[str, str]:
     if not path or path.endswith(os.sep):
         raise ValueError(f"checkpoint path must be a file prefix like 'runs/ckpt', got {path!r}")
     return path + ".npz", path + ".json"
+
+
+def resolve_checkpoint(path) -> str:
+    """A run directory (holding checkpoint.npz/.json) or a checkpoint prefix/file -> the prefix
+    of an existing checkpoint; FileNotFoundError naming what was looked for otherwise."""
+    path = os.fspath(path)
+    if os.path.isdir(path):
+        path = os.path.join(path, "checkpoint")
+    npz_path, json_path = checkpoint_paths(path)
+    prefix = json_path[: -len(".json")]
+    if not os.path.isfile(json_path):
+        raise FileNotFoundError(f"no checkpoint at {prefix!r} (expected {prefix}.json and "
+                                f"{npz_path}, or a run directory holding checkpoint.*)")
+    return prefix
 
 
 def _host_arrays(arrays: dict, what: str) -> dict:

@@ -11,6 +11,7 @@ is obtained by a QR factorisation (see :func:`_logdet_I_plus`), never with det.
 from __future__ import annotations
 
 from ._validate import check_array, check_finite, check_positive, check_same_dtype
+from .backend import device_of
 
 __all__ = ["coding_rate", "compression", "rate_reduction"]
 
@@ -72,7 +73,7 @@ def _logdet_I_plus(xp, X, c):
     m, d = X.shape[-2], X.shape[-1]
     s = min(m, d)
     Y = X if m >= d else xp.matrix_transpose(X)               # (..., max(m, d), s)
-    I = xp.eye(s, dtype=X.dtype, device=X.device)             # (s, s)
+    I = xp.eye(s, dtype=X.dtype, device=device_of(X))             # (s, s)
     I = xp.broadcast_to(I, tuple(Y.shape[:-2]) + (s, s))       # (..., s, s)
     _, R = xp.linalg.qr(xp.concat([c**0.5 * Y, I], axis=-2))   # R: (..., s, s), R^T R = I + c Y^T Y
     return 2.0 * xp.sum(xp.log(xp.abs(xp.linalg.diagonal(R))), axis=-1)   # (...)

@@ -20,7 +20,7 @@ import math
 import numpy as np
 
 from . import backend
-from .data import sample_lm_batch, unigram_bits_per_char, random_shift
+from .data import iterate_minibatches, random_shift, sample_lm_batch, unigram_bits_per_char
 from .models.vision import vision_init, vision_forward, vision_loss_and_grads
 from .models.lm import lm_init, lm_forward, lm_loss_and_grads
 from .nn.layers import softmax_cross_entropy_forward
@@ -65,7 +65,9 @@ class VisionTask:
                 backend.from_host(xp, y, dtype=xp.int64, device=self.device))
 
     def next_batch(self):
-        """Epochs of a fixed-size batches (the incomplete tail of an epoch is skipped)."""
+        """Epochs of fixed-size batches (the incomplete tail of an epoch is skipped). Unlike
+        :func:`tostnp.data.iterate_minibatches` (one epoch, a generator), the stream is endless
+        and its state (RNG, permutation, position) goes into the checkpoint."""
         if self.pos + self.batch_size > len(self.perm):
             self.perm = self.rng.permutation(len(self.X_train))
             self.pos = 0
@@ -85,9 +87,9 @@ class VisionTask:
         """Loss and accuracy on the whole test set."""
         xp = self.xp
         tot_loss, correct, n = 0.0, 0, len(self.X_test)
-        for s in range(0, n, self.eval_batch_size):
-            X, y = self._to_device(self.X_test[s:s + self.eval_batch_size],
-                                   self.y_test[s:s + self.eval_batch_size])
+        for Xb, yb in iterate_minibatches(self.X_test, self.y_test, self.eval_batch_size, None,
+                                          shuffle=False):
+            X, y = self._to_device(Xb, yb)
             logits, _ = vision_forward(X, params, self.cfg)
             loss, _ = softmax_cross_entropy_forward(logits, y)
             tot_loss += float(loss) * y.shape[0]

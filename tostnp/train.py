@@ -85,11 +85,13 @@ def _float(x) -> float:
 
 
 def train(task, tcfg: TrainConfig, out_dir: str, *, resume: bool = False,
-          progress: bool = True, plot: bool = True) -> dict:
+          progress: bool = True, plot: bool = True, init_params: dict | None = None) -> dict:
     """Train ``task``'s model; returns {"params", "metrics" (list of records), "step"}.
 
     out_dir receives metrics.jsonl, checkpoint.npz and curves.png. With ``resume``, the run
-    continues from ``out_dir/checkpoint.npz`` (same task and config expected).
+    continues from ``out_dir/checkpoint.npz`` (same task and config expected). ``init_params``:
+    the result of ``task.init_params(backend.RNG(tcfg.seed))`` when the caller already made it
+    (it is used as given; default: made here).
     """
     tcfg.validate()
     os.makedirs(out_dir, exist_ok=True)
@@ -114,7 +116,8 @@ def train(task, tcfg: TrainConfig, out_dir: str, *, resume: bool = False,
             if os.path.exists(metrics_path) else []
         atomic_write_text(metrics_path, "".join(json.dumps(r) + "\n" for r in records))
     else:
-        params = task.init_params(backend.RNG(tcfg.seed))
+        params = task.init_params(backend.RNG(tcfg.seed)) if init_params is None \
+            else init_params
         opt = _make_opt(params, tcfg)
         start, records = 0, []
         atomic_write_text(metrics_path, "")

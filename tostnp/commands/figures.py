@@ -28,7 +28,7 @@ def run(args) -> int:
     if xp is None:
         return 2
     from ..figures import vision_figures
-    from ..models import resolve_checkpoint
+    from ..checkpoint import resolve_checkpoint
     try:
         prefix = resolve_checkpoint(args.checkpoint)
         out = args.out or os.path.dirname(os.path.abspath(prefix))

@@ -152,13 +152,14 @@ def _run_vision(args, xp) -> int:
                            seed=args.seed, stop_at=args.stop_at).validate()
     task = VisionTask(cfg, data, batch_size=tcfg.batch_size, seed=tcfg.seed, augment_shift=shift,
                       xp=xp, data_name=data_name, extra_meta={"data_dir": data_dir})
-    params0 = task.init_params(backend.RNG(tcfg.seed))
+    params0 = task.init_params(backend.RNG(tcfg.seed))     # printed, then trained from
     print(describe(cfg, params0))
     print(f"data: {data_name}, {len(data[0])} train / {len(data[2])} test images; "
           f"{tcfg.steps} steps of batch {tcfg.batch_size} "
           f"({tcfg.steps / task.steps_per_epoch:.1f} epochs), lr {tcfg.lr}")
     t0 = time.perf_counter()
-    res = train(task, tcfg, args.out, resume=args.resume, progress=not args.no_progress)
+    res = train(task, tcfg, args.out, resume=args.resume, progress=not args.no_progress,
+                init_params=params0)
     wall = time.perf_counter() - t0
     evals = [r for r in res["metrics"] if r["kind"] == "eval"]
     if res["step"] == tcfg.steps and evals:
@@ -218,12 +219,14 @@ def _run_lm(args, xp) -> int:
     task = LMTask(cfg, train_ids, val_ids, tok, batch_size=tcfg.batch_size, seed=tcfg.seed,
                   eval_batches=eval_batches, xp=xp, text_name=name,
                   extra_meta={"text_path": text_path})
-    print(describe(cfg, task.init_params(backend.RNG(tcfg.seed))))
+    params0 = task.init_params(backend.RNG(tcfg.seed))     # printed, then trained from
+    print(describe(cfg, params0))
     print(f"text: {name}, {len(train_ids):,} train / {len(val_ids):,} val characters; "
           f"unigram baseline {task.unigram['nats']:.3f} nats = {task.unigram['bits']:.3f} "
           f"bits/char; {tcfg.steps} steps of {tcfg.batch_size} x {cfg.block_size}")
     t0 = time.perf_counter()
-    res = train(task, tcfg, args.out, resume=args.resume, progress=not args.no_progress)
+    res = train(task, tcfg, args.out, resume=args.resume, progress=not args.no_progress,
+                init_params=params0)
     wall = time.perf_counter() - t0
     evals = [r for r in res["metrics"] if r["kind"] == "eval"]
     if res["step"] == tcfg.steps and evals:

@@ -10,9 +10,8 @@ Parameters are always ONE flat dict with dotted names ("blocks.0.tssa.W_u").
 """
 from __future__ import annotations
 
-import os
-
 from .. import backend
+from ..checkpoint import load_checkpoint, resolve_checkpoint
 from .configs import (VisionConfig, LMConfig, VISION_CONFIGS, LM_CONFIGS, get_vision_config,
                       get_lm_config)
 from .vision import vision_init, vision_forward, vision_backward, vision_loss_and_grads, \
@@ -26,26 +25,12 @@ __all__ = ["VisionConfig", "LMConfig", "VISION_CONFIGS", "LM_CONFIGS", "get_visi
            "lm_loss_and_grads", "lm_generate", "num_params", "load_model", "resolve_checkpoint"]
 
 
-def resolve_checkpoint(path: str) -> str:
-    """A run directory (holding checkpoint.npz/.json) or a checkpoint prefix/file -> prefix."""
-    if os.path.isdir(path):
-        path = os.path.join(path, "checkpoint")
-    for suffix in (".npz", ".json"):
-        if path.endswith(suffix):
-            path = path[: -len(suffix)]
-    if not os.path.isfile(path + ".json"):
-        raise FileNotFoundError(f"no checkpoint at {path!r} (expected {path}.json and "
-                                f"{path}.npz, or a run directory holding checkpoint.*)")
-    return path
-
-
 def load_model(path: str, xp=None, device=None, dtype=None):
     """Load a training checkpoint -> (kind "vision"|"lm", cfg, params, config dict).
 
     xp: namespace (default NumPy); dtype default float32. ``config`` is everything the training
     run stored (model and train configs, data name, tokenizer, ...).
     """
-    from ..checkpoint import load_checkpoint
     prefix = resolve_checkpoint(path)
     host, config, _, _ = load_checkpoint(prefix)
     xp = backend.get_xp("cpu") if xp is None else xp

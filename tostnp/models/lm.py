@@ -7,8 +7,8 @@
 The head is tied to the token embedding, so the gradient of ``wte`` is the SUM of its two uses
 (the embedding lookup, scattered by token id, and the output projection).
 
-Init (as in the published ToST language models): every weight N(0, 0.02); the two output projections of each block
-(TSSA ``W_o`` and MLP ``W2``) N(0, 0.02 / sqrt(2 * depth)); LayerScale gammas 1e-5; LN eps 1e-5;
+Init (as in the published ToST language models): every weight N(0, 0.02); the two output
+projections of each block (TSSA ``W_o`` and MLP ``W2``) N(0, 0.02 / sqrt(2 * depth)); LayerScale gammas 1e-5; LN eps 1e-5;
 no biases in the linear maps. The LayerNorms keep their beta shift (tostnp's LayerNorm always has
 one): a small difference from nanoGPT's ``bias=False`` LayerNorm.
 
@@ -49,11 +49,8 @@ def lm_init(cfg: LMConfig, rng, xp, dtype=None, device=None) -> dict:
         bp = Bk.tost_block_init(rng, xp, C, cfg.num_heads, causal=True,
                                 max_len=cfg.block_size, bias=False,
                                 layer_scale_init=cfg.layer_scale_init,
-                                mlp_ratio=cfg.mlp_ratio, dtype=dtype, device=device)
-        bp["tssa.W_u"] = rng.normal(xp, (C, C), dtype, std=std, device=device)
-        bp["tssa.W_o"] = rng.normal(xp, (C, C), dtype, std=std_out, device=device)
-        bp["mlp.W1"] = rng.normal(xp, bp["mlp.W1"].shape, dtype, std=std, device=device)
-        bp["mlp.W2"] = rng.normal(xp, bp["mlp.W2"].shape, dtype, std=std_out, device=device)
+                                mlp_ratio=cfg.mlp_ratio, dtype=dtype, device=device,
+                                std=std, std_out=std_out)
         params.update(prefixed(bp, f"blocks.{i}"))
     params["ln_f.gamma"] = xp.ones((C,), dtype=dtype, device=device)
     params["ln_f.beta"] = xp.zeros((C,), dtype=dtype, device=device)

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from .._validate import check_array
 from ..params import check_params, sub, prefixed
-from .layers import (layer_norm_forward, layer_norm_backward, mlp_forward, mlp_backward,
+from .layers import (LN_EPS, layer_norm_forward, layer_norm_backward, mlp_forward, mlp_backward,
                      layer_scale_forward, layer_scale_backward)
 from .tssa import tssa_forward, tssa_backward, tssa_init, tssa_decode_init, tssa_decode_step
 
@@ -51,7 +51,8 @@ def _split(params, C: int, num_heads: int, causal: bool, dtype):
     return sub(params, "tssa"), sub(params, "mlp")
 
 
-def tost_block_forward(x, params, num_heads: int, causal: bool = False, ln_eps: float = 1e-6):
+def tost_block_forward(x, params, num_heads: int, causal: bool = False,
+                       ln_eps: float = LN_EPS):
     """ToST block. x: (B, N, C) -> y: (B, N, C); returns (y, cache).
 
     cache["Pi"] is the TSSA membership (B, h, N); for ``causal=True`` cache["decode_state"]
@@ -99,12 +100,15 @@ def tost_block_backward(dy, cache):
 
 def tost_block_init(rng, xp, C: int, num_heads: int, *, causal: bool = False,
                     max_len: int | None = None, bias: bool = True, layer_scale_init: float = 1.0,
-                    mlp_ratio: int = 4, dtype, device=None, std: float = 0.02):
+                    mlp_ratio: int = 4, dtype, device=None, std: float = 0.02,
+                    std_out: float | None = None):
     """Parameters of one block: LayerNorms (gamma 1, beta 0), TSSA (:func:`tssa_init`),
     MLP weights N(0, std^2) with H = mlp_ratio * C, biases 0 (if ``bias``), LayerScale
-    gammas = ``layer_scale_init``."""
+    gammas = ``layer_scale_init``. The two output projections (TSSA W_o, MLP W2) are drawn
+    with ``std_out`` (default ``std``)."""
+    std_out = std if std_out is None else std_out
     tssa = tssa_init(rng, xp, C, num_heads, causal=causal, max_len=max_len, bias=bias,
-                     dtype=dtype, device=device, std=std)
+                     dtype=dtype, device=device, std=std, std_out=std_out)
     if isinstance(mlp_ratio, bool) or not isinstance(mlp_ratio, int) or mlp_ratio < 1:
         raise ValueError(f"mlp_ratio must be a positive int, got {mlp_ratio!r}")
     H = mlp_ratio * C
@@ -117,7 +121,7 @@ def tost_block_init(rng, xp, C: int, num_heads: int, *, causal: bool = False,
     params["mlp.W1"] = rng.normal(xp, (C, H), dtype, std=std, device=device)
     if bias:
         params["mlp.b1"] = zeros(H)
-    params["mlp.W2"] = rng.normal(xp, (H, C), dtype, std=std, device=device)
+    params["mlp.W2"] = rng.normal(xp, (H, C), dtype, std=std_out, device=device)
     if bias:
         params["mlp.b2"] = zeros(C)
     params["ls2.gamma"] = float(layer_scale_init) * ones(C)
@@ -129,11 +133,13 @@ def tost_block_decode_init(batch: int, params, num_heads: int):
     return {"tssa": tssa_decode_init(batch, sub(params, "tssa"), num_heads)}
 
 
-def tost_block_decode_step(state, x_t, params, num_heads: int, t: int, ln_eps: float = 1e-6):
+def tost_block_decode_step(state, x_t, params, num_heads: int, t: int,
+                           ln_eps: float = LN_EPS):
     """One token through a causal block. x_t: (B, C) at position t -> (y_t (B, C), new state).
 
     Equals row t of ``tost_block_forward(x, params, num_heads, causal=True, ln_eps=ln_eps)``.
-    ``ln_eps`` must be the value used in the forward (same default, 1e-6; the LM passes 1e-5).
+    ``ln_eps`` must be the value used in the forward (same default, ``LN_EPS``; the models pass
+    their config's ``ln_eps``).
     """
     check_array(x_t, "x_t", ndim=2, shape_desc="(B, C)")
     C = x_t.shape[-1]

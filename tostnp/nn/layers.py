@@ -20,8 +20,12 @@ from .. import backend
 from .._validate import check_array
 from ..params import check_params
 
+# The one default LayerNorm eps of tostnp.nn (PyTorch's); the model configs set their own
+# (VisionConfig.ln_eps = 1e-6 as in XCiT/ToST vision, LMConfig.ln_eps = 1e-5).
+LN_EPS = 1e-5
+
 __all__ = [
-    "linear_forward", "linear_backward",
+    "LN_EPS", "linear_forward", "linear_backward",
     "layer_norm_forward", "layer_norm_backward",
     "gelu_forward", "gelu_backward",
     "mlp_forward", "mlp_backward",
@@ -97,7 +101,7 @@ def linear_backward(dy, cache):
 # ---------------------------------------------------------------------------------------------
 # layer norm (over the last axis)
 # ---------------------------------------------------------------------------------------------
-def layer_norm_forward(x, gamma, beta, eps=1e-5):
+def layer_norm_forward(x, gamma, beta, eps=LN_EPS):
     """y = (x - mean) / sqrt(var + eps) * gamma + beta, statistics over the last axis.
 
     x: (..., C); gamma, beta: (C,) -> y: (..., C). var is the biased (1/C) variance.

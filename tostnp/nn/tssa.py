@@ -193,9 +193,11 @@ def full_backward(dy, cache, xp):
 # initialisation
 # --------------------------------------------------------------------------------------------
 def tssa_init(rng, xp, C: int, num_heads: int, *, causal: bool = False, max_len: int | None = None,
-              bias: bool = True, dtype, device=None, std: float = 0.02):
-    """Parameters of a TSSA layer: W_u, W_o ~ N(0, std^2) (C, C); b_u, b_o = 0 (C,) if ``bias``;
-    temp = 1 (h, 1); causal: denom_bias = 0 (h, max_len, 1)."""
+              bias: bool = True, dtype, device=None, std: float = 0.02,
+              std_out: float | None = None):
+    """Parameters of a TSSA layer: W_u ~ N(0, std^2), W_o ~ N(0, std_out^2) (C, C; std_out
+    defaults to std); b_u, b_o = 0 (C,) if ``bias``; temp = 1 (h, 1); causal: denom_bias = 0
+    (h, max_len, 1)."""
     if isinstance(C, bool) or not isinstance(C, int) or C < 1:
         raise ValueError(f"C must be a positive int, got {C!r}")
     if isinstance(num_heads, bool) or not isinstance(num_heads, int) or num_heads < 1:
@@ -207,7 +209,8 @@ def tssa_init(rng, xp, C: int, num_heads: int, *, causal: bool = False, max_len:
     if bias:
         params["b_u"] = xp.zeros((C,), dtype=dtype, device=device)
     params["temp"] = xp.ones((h, 1), dtype=dtype, device=device)
-    params["W_o"] = rng.normal(xp, (C, C), dtype, std=std, device=device)
+    params["W_o"] = rng.normal(xp, (C, C), dtype, std=std if std_out is None else std_out,
+                               device=device)
     if bias:
         params["b_o"] = xp.zeros((C,), dtype=dtype, device=device)
     if causal:
