@@ -10,12 +10,28 @@ from __future__ import annotations
 
 from ._validate import check_array
 
-__all__ = ["check_params", "shape_str", "sub", "prefixed", "num_params"]
+__all__ = ["check_params", "check_param", "shape_str", "sub", "prefixed", "num_params"]
 
 
 def shape_str(shape) -> str:
     """(8,) -> "(8,)", (3, "max_len", 1) -> "(3, max_len, 1)"."""
     return "(" + ", ".join(str(s) for s in shape) + (",)" if len(shape) == 1 else ")")
+
+
+def check_param(a, name: str, shape, dtype, where: str = "") -> None:
+    """One parameter array ``a`` called ``name``: present, of ``shape`` (names in ``shape``
+    match any length) and of ``dtype``. Messages as for :func:`check_params`."""
+    at = f"{where}: " if where else ""
+    want = shape_str(shape)
+    if a is None:
+        raise ValueError(f"{at}missing parameter {name}: expected an array of shape {want}")
+    check_array(a, name, shape_desc=want)
+    ok = a.ndim == len(shape) and all(isinstance(s, str) or s == n for s, n in zip(shape, a.shape))
+    if not ok:
+        raise ValueError(f"{at}{name} must have shape {want}, got {tuple(a.shape)}")
+    if a.dtype != dtype:
+        raise TypeError(f"{at}{name} has dtype {a.dtype} but the input has {dtype}; "
+                        "pass arrays of one dtype")
 
 
 def check_params(params, spec: dict, dtype, where: str = "") -> None:
@@ -33,18 +49,8 @@ def check_params(params, spec: dict, dtype, where: str = "") -> None:
     for key, a in params.items():
         if key not in spec:
             raise ValueError(f"{at}params has unknown key {key!r}; expected keys {sorted(spec)}")
-        if a is None:
-            continue
-        shape = spec[key][0]
-        want = shape_str(shape)
-        check_array(a, f"params[{key!r}]", shape_desc=want)
-        ok = a.ndim == len(shape) and all(isinstance(s, str) or s == n
-                                          for s, n in zip(shape, a.shape))
-        if not ok:
-            raise ValueError(f"{at}params[{key!r}] must have shape {want}, got {tuple(a.shape)}")
-        if a.dtype != dtype:
-            raise TypeError(f"{at}params[{key!r}] has dtype {a.dtype} but the input has {dtype}; "
-                            "pass arrays of one dtype")
+        if a is not None:
+            check_param(a, f"params[{key!r}]", spec[key][0], dtype, where)
 
 
 def sub(params: dict, prefix: str) -> dict:

@@ -18,7 +18,7 @@ import math
 
 from .. import backend
 from .._validate import check_array
-from ..params import check_params
+from ..params import check_param, check_params
 
 # The one default LayerNorm eps of tostnp.nn (PyTorch's); the model configs set their own
 # (VisionConfig.ln_eps = 1e-6 as in XCiT/ToST vision, LMConfig.ln_eps = 1e-5).
@@ -38,21 +38,8 @@ __all__ = [
 
 
 # ---------------------------------------------------------------------------------------------
-# input checks (dict-valued parameters go through tostnp.params.check_params)
+# helpers (parameters are checked by tostnp.params.check_param / check_params)
 # ---------------------------------------------------------------------------------------------
-def _check_param(a, name: str, shape: tuple, like):
-    """``a`` must be a floating array of exactly ``shape`` with the dtype of ``like``."""
-    want = "(" + ", ".join(str(s) for s in shape) + (",)" if len(shape) == 1 else ")")
-    if a is None:
-        raise ValueError(f"missing parameter {name!r}: expected an array of shape {want}")
-    check_array(a, name, shape_desc=want)
-    if tuple(a.shape) != tuple(shape):
-        raise ValueError(f"{name} must have shape {want}, got shape {tuple(a.shape)}")
-    if a.dtype != like.dtype:
-        raise TypeError(f"{name} has dtype {a.dtype} but the input has {like.dtype}; "
-                        f"pass arrays of one dtype")
-
-
 def _sum_leading(xp, a):
     """Sum over every axis but the last: (..., C) -> (C,)."""
     return xp.sum(xp.reshape(a, (-1, a.shape[-1])), axis=0)
@@ -78,9 +65,9 @@ def linear_forward(x, W, b=None):
     if W.shape[0] != x.shape[-1]:
         raise ValueError(f"W must have shape (Cin, Cout) with Cin = x.shape[-1] = {x.shape[-1]}, "
                          f"got shape {tuple(W.shape)}")
-    _check_param(W, "W", tuple(W.shape), x)
+    check_param(W, "W", tuple(W.shape), x.dtype)
     if b is not None:
-        _check_param(b, "b", (W.shape[1],), x)
+        check_param(b, "b", (W.shape[1],), x.dtype)
     y = x @ W                                                      # (..., Cout)
     if b is not None:
         y = y + b
@@ -108,8 +95,8 @@ def layer_norm_forward(x, gamma, beta, eps=LN_EPS):
     """
     check_array(x, "x", min_ndim=1, shape_desc="(..., C)")
     C = x.shape[-1]
-    _check_param(gamma, "gamma", (C,), x)
-    _check_param(beta, "beta", (C,), x)
+    check_param(gamma, "gamma", (C,), x.dtype)
+    check_param(beta, "beta", (C,), x.dtype)
     eps = float(eps)
     xp = backend.namespace(x)
     mu = xp.mean(x, axis=-1, keepdims=True)                        # (..., 1)
@@ -345,7 +332,7 @@ def patch_embed_forward(images, W, b, patch_size):
         raise ValueError(f"images of shape (B, H, W, Cin) = {tuple(images.shape)}: H and W must "
                          f"be divisible by patch_size = {P}")
     check_array(W, "W", ndim=2, shape_desc=f"({P * P * Cin}, C)")
-    _check_param(W, "W", (P * P * Cin, W.shape[1]), images)
+    check_param(W, "W", (P * P * Cin, W.shape[1]), images.dtype)
     patches = _patchify(xp, images, P)                             # (B, N, P*P*Cin)
     tokens, lin = linear_forward(patches, W, b)                    # (B, N, C)
     return tokens, lin
@@ -363,7 +350,7 @@ def patch_embed_backward(dout, cache):
 def layer_scale_forward(x, gamma):
     """y = x * gamma.  x: (..., C); gamma: (C,) -> y: (..., C)."""
     check_array(x, "x", min_ndim=1, shape_desc="(..., C)")
-    _check_param(gamma, "gamma", (x.shape[-1],), x)
+    check_param(gamma, "gamma", (x.shape[-1],), x.dtype)
     return x * gamma, (x, gamma)
 
 
