@@ -11,7 +11,7 @@ import autograd
 import autograd.numpy as anp
 import numpy as np
 
-__all__ = ["rel_err", "rel_to", "check_backward", "ref_tssa", "ref_layer_norm", "ref_gelu",
+__all__ = ["rel_err", "rel_to", "check_backward", "check_on_strict_device", "ref_tssa", "ref_layer_norm", "ref_gelu",
            "ref_mlp", "ref_softmax", "ref_class_attention", "ref_cross_entropy"]
 
 
@@ -83,6 +83,30 @@ def check_backward(fwd, bwd, ref, args, *, tol, names=None, params_index=None, d
         for key, i in names.items():
             assert grads[key].shape == np.shape(args[i])
             assert rel_err(grads[key], autograd.grad(loss, i)(*args)) < tol, key
+
+
+def check_on_strict_device(fwd, bwd, x, P, G, *, tol_y=1e-5, tol_grad=1e-4):
+    """Run a layer in float64 NumPy and in float32 on array_api_strict's non-default device
+    ("device1", which raises on host conversion, mixed devices and non-standard calls, where
+    CuPy code breaks); check devices, dtypes and values. Returns the device run's
+    (y, dx, grads, cache) for further checks. Skips when array_api_strict is missing."""
+    import pytest
+    from tostnp.backend import to_host            # the explicit transfer from device1
+    xps = pytest.importorskip("array_api_strict")
+    dev = xps.Device("device1")
+    y_ref, c_ref = fwd(x, P)
+    dx_ref, g_ref = bwd(G, c_ref)
+    to = lambda a: xps.asarray(np.asarray(a, dtype=np.float32), device=dev)  # noqa: E731
+    y, cache = fwd(to(x), {k: to(v) for k, v in P.items()})
+    dx, grads = bwd(to(G), cache)
+    assert y.device == dev and dx.device == dev
+    assert all(g.device == dev for g in grads.values())
+    assert y.dtype == xps.float32 and all(g.dtype == xps.float32 for g in grads.values())
+    assert rel_err(to_host(y), y_ref) < tol_y
+    assert rel_err(to_host(dx), dx_ref) < tol_grad
+    for k in P:
+        assert rel_err(to_host(grads[k]), g_ref[k]) < tol_grad, k
+    return y, dx, grads, cache
 
 
 # ---------------------------------------------------------------------------------------------

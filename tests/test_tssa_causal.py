@@ -13,8 +13,7 @@ import array_api_compat.numpy as xp_np
 
 import tostnp.nn.tssa_causal as tssa_mod
 from tostnp.nn.tssa import tssa_forward, tssa_backward
-from references import rel_err, ref_tssa
-from tostnp.backend import to_host
+from references import rel_err, ref_tssa, check_on_strict_device
 
 RTOL = 1e-7
 
@@ -161,21 +160,9 @@ def test_decode_state_in_cache_is_the_prefix_statistics():
 
 
 def test_strict_device_forward_backward(scan_block):
-    xps = pytest.importorskip("array_api_strict")
-    dev = xps.Device("device1")
     x, P, G = make(6)
-    y_ref, c_ref = tssa_forward(x, P, 2, causal=True)
-    dx_ref, g_ref = tssa_backward(G, c_ref)
-    to = lambda a: xps.asarray(a.astype(np.float32), device=dev)
-    y, cache = tssa_forward(to(x), {k: to(v) for k, v in P.items()}, 2, causal=True)
-    dx, grads = tssa_backward(to(G), cache)
-    assert y.device == dev and dx.device == dev and grads["denom_bias"].device == dev
-    assert y.dtype == xps.float32 and all(g.dtype == xps.float32 for g in grads.values())
-    back = to_host   # explicit transfer from device1
-    assert rel_err(back(y), y_ref) < 1e-5
-    assert rel_err(back(dx), dx_ref) < 1e-4
-    for k in P:
-        assert rel_err(back(grads[k]), g_ref[k]) < 1e-4, k
+    check_on_strict_device(lambda x_, P_: tssa_forward(x_, P_, 2, causal=True), tssa_backward,
+                           x, P, G)
 
 
 def test_bad_inputs():

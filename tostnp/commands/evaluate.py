@@ -31,9 +31,8 @@ def run(args) -> int:
     if xp is None:
         return 2
     from ..models import load_model
-    from ..data import load_vision_data, load_lm_text
+    from ..data import CharTokenizer, load_vision_data, load_lm_text
     from ..tasks import VisionTask, LMTask
-    from ..data import CharTokenizer
     try:
         kind, cfg, params, config = load_model(args.checkpoint, xp=xp)
     except (FileNotFoundError, ValueError) as e:

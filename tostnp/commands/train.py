@@ -176,8 +176,7 @@ def _run_vision(args, xp) -> int:
 
 
 def _run_lm(args, xp) -> int:
-    from ..data import CharTokenizer
-    from ..data import load_lm_text
+    from ..data import CharTokenizer, load_lm_text
     from ..tasks import LMTask
     from ..models.lm import describe
     from ..train import train, TrainConfig
