@@ -214,7 +214,7 @@ def _train_bench(dev, s, rng, tick):
 
 
 def run_benchmark(s: dict, progress: bool = True) -> dict:
-    """Run every section for settings ``s`` (see :func:`_settings`) -> the result dict.
+    """Run every section for settings ``s`` (built by tostnp/commands/bench.py) -> the result.
 
     Timings are interleaved: every measurement (each size, layer, pass, reference and decoder
     context) is run once per round, ``repeats`` rounds after ``warmup`` rounds, and the median
