@@ -30,6 +30,7 @@ from . import backend
 from . import checkpoint as ckpt
 from .io import atomic_write_text
 from .optim import AdamW, lr_schedule, clip_grad_norm, default_no_decay
+from .params import sub, prefixed
 
 __all__ = ["TrainConfig", "train", "read_metrics"]
 
@@ -107,11 +108,10 @@ def train(task, tcfg: TrainConfig, out_dir: str, *, resume: bool = False,
                   for k, v in host.items()}
         opt = _make_opt(params, tcfg)
         opt.load_state_dict({"step": state["opt_step"],
-                             "arrays": {k[4:]: v for k, v in extra.items()
-                                        if k.startswith("opt.")}})
+                             "arrays": sub(extra, "opt")})
         start = int(state["step"])
         task.set_data_state(state["data_state"],
-                            {k[5:]: v for k, v in extra.items() if k.startswith("data.")})
+                            sub(extra, "data"))
         records = [r for r in read_metrics(metrics_path) if r["step"] <= start] \
             if os.path.exists(metrics_path) else []
         atomic_write_text(metrics_path, "".join(json.dumps(r) + "\n" for r in records))
@@ -181,8 +181,7 @@ def save(path, task, params, opt, step, tcfg) -> None:
     config = {"task": task.kind, "model": asdict(task.cfg), "train": asdict(tcfg), **task.meta()}
     od = opt.state_dict()
     data_json, data_arrays = task.data_state()
-    extra = {f"opt.{k}": v for k, v in od["arrays"].items()}
-    extra.update({f"data.{k}": v for k, v in data_arrays.items()})
+    extra = {**prefixed(od["arrays"], "opt"), **prefixed(data_arrays, "data")}
     ckpt.save_checkpoint(path, params, config, extra_arrays=extra,
                          state={"step": step, "opt_step": od["step"], "data_state": data_json})
 
