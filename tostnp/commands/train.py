@@ -108,11 +108,27 @@ def _load_resume_config(args):
     return config, tcfg
 
 
+def _train(task, tcfg, args, params0):
+    """Run the training loop -> (the last evaluation record, or None when the run stopped
+    early, and the wall time); says how to continue a stopped run."""
+    from ..train import train
+    t0 = time.perf_counter()
+    res = train(task, tcfg, args.out, resume=args.resume, progress=not args.no_progress,
+                init_params=params0)
+    wall = time.perf_counter() - t0
+    evals = [r for r in res["metrics"] if r["kind"] == "eval"]
+    if res["step"] == tcfg.steps and evals:
+        return evals[-1], wall
+    print(f"stopped at step {res['step']} of {tcfg.steps} after {wall:.1f} s; continue with "
+          f"--out {args.out} --resume")
+    return None, wall
+
+
 def _run_vision(args, xp) -> int:
     from ..data import load_vision_data
     from ..tasks import VisionTask
     from ..models.vision import describe
-    from ..train import train, TrainConfig
+    from ..train import TrainConfig
     if args.resume:
         got = _load_resume_config(args)
         if got is None:
@@ -157,20 +173,13 @@ def _run_vision(args, xp) -> int:
     print(f"data: {data_name}, {len(data[0])} train / {len(data[2])} test images; "
           f"{tcfg.steps} steps of batch {tcfg.batch_size} "
           f"({tcfg.steps / task.steps_per_epoch:.1f} epochs), lr {tcfg.lr}")
-    t0 = time.perf_counter()
-    res = train(task, tcfg, args.out, resume=args.resume, progress=not args.no_progress,
-                init_params=params0)
-    wall = time.perf_counter() - t0
-    evals = [r for r in res["metrics"] if r["kind"] == "eval"]
-    if res["step"] == tcfg.steps and evals:
-        print(f"test accuracy: {evals[-1]['test_acc']:.4f} (test loss "
-              f"{evals[-1]['test_loss']:.4f}); training wall time {wall:.1f} s")
+    e, wall = _train(task, tcfg, args, params0)
+    if e is not None:
+        print(f"test accuracy: {e['test_acc']:.4f} (test loss {e['test_loss']:.4f}); "
+              f"training wall time {wall:.1f} s")
         from ..figures import vision_figures
         paths = vision_figures(os.path.join(args.out, "checkpoint"), args.out, xp=xp)
         print("figures: " + ", ".join(paths))
-    else:
-        print(f"stopped at step {res['step']} of {tcfg.steps} after {wall:.1f} s; continue with "
-              f"--out {args.out} --resume")
     print(f"run directory: {args.out} (checkpoint.npz/.json, metrics.jsonl, curves.png)")
     return 0
 
@@ -179,7 +188,7 @@ def _run_lm(args, xp) -> int:
     from ..data import CharTokenizer, load_lm_text
     from ..tasks import LMTask
     from ..models.lm import describe
-    from ..train import train, TrainConfig
+    from ..train import TrainConfig
     if args.resume:
         got = _load_resume_config(args)
         if got is None:
@@ -223,19 +232,11 @@ def _run_lm(args, xp) -> int:
     print(f"text: {name}, {len(train_ids):,} train / {len(val_ids):,} val characters; "
           f"unigram baseline {task.unigram['nats']:.3f} nats = {task.unigram['bits']:.3f} "
           f"bits/char; {tcfg.steps} steps of {tcfg.batch_size} x {cfg.block_size}")
-    t0 = time.perf_counter()
-    res = train(task, tcfg, args.out, resume=args.resume, progress=not args.no_progress,
-                init_params=params0)
-    wall = time.perf_counter() - t0
-    evals = [r for r in res["metrics"] if r["kind"] == "eval"]
-    if res["step"] == tcfg.steps and evals:
-        e = evals[-1]
+    e, wall = _train(task, tcfg, args, params0)
+    if e is not None:
         print(f"validation loss {e['val_loss']:.4f} nats = {e['val_bpc']:.3f} bits/char "
               f"(unigram baseline {task.unigram['bits']:.3f} bits/char); "
               f"training wall time {wall:.1f} s")
-    else:
-        print(f"stopped at step {res['step']} of {tcfg.steps} after {wall:.1f} s; continue with "
-              f"--out {args.out} --resume")
     print(f"run directory: {args.out}; sample with: python -m tostnp sample --checkpoint "
           f"{args.out} --prompt 'The '")
     return 0
