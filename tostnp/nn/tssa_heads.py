@@ -75,13 +75,6 @@ def head_reduce(op, a, xp):
     return out
 
 
-def softmax_heads(l, xp):
-    """Softmax over the last (head) axis. l: (..., h)."""
-    e = xp.exp(l - head_reduce(xp.maximum, l, xp))
-    e /= head_reduce(xp.add, e, xp)
-    return e
-
-
 def head_token_sums(Pi, X, h: int, p: int, xp):
     """S (B, C) with S_c = sum_n Pi_{n,k(c)} X_nc (k(c) = the head of c); Pi (B, N, h), X (B, N, C).
 
@@ -122,21 +115,28 @@ def project_in(x, params, xp):
     return w
 
 
-def project_in_backward(gw, grads, cache, xp):
+def project_in_backward(g_w, grads, cache, xp):
     """Through w = x @ W_u + b_u: returns dx; sets grads["W_u"], grads["b_u"]."""
     x, params = cache["x"], cache["params"]
     B, N, C = x.shape
-    gw2 = xp.reshape(gw, (B * N, C))
+    gw2 = xp.reshape(g_w, (B * N, C))
     grads["W_u"] = xp.matrix_transpose(xp.reshape(x, (B * N, C))) @ gw2          # (C, C)
     if "b_u" in params:
         grads["b_u"] = xp.sum(gw2, axis=0)                                       # (C,)
     return xp.reshape(gw2 @ xp.matrix_transpose(params["W_u"]), (B, N, C))       # (B, N, C)
 
 
-def softmax_heads_backward(gPi, cache, grads, xp):
+def softmax_heads(l, xp):
+    """Softmax over the last (head) axis. l: (..., h)."""
+    e = xp.exp(l - head_reduce(xp.maximum, l, xp))
+    e /= head_reduce(xp.add, e, xp)
+    return e
+
+
+def softmax_heads_backward(g_Pi, cache, grads, xp):
     """Through Pi = softmax_k(temp_k q_nk): returns g_q (B, N, h); sets grads["temp"]."""
     q, h = cache["q"], cache["h"]
     Pi = xp.permute_dims(cache["Pi"], (0, 2, 1))                                 # (B, N, h)
-    gl = Pi * (gPi - head_reduce(xp.add, Pi * gPi, xp))                          # (B, N, h)
-    grads["temp"] = xp.reshape(xp.sum(xp.reshape(gl * q, (-1, h)), axis=0), (h, 1))
-    return gl * xp.reshape(cache["params"]["temp"], (1, 1, h))                   # (B, N, h)
+    g_l = Pi * (g_Pi - head_reduce(xp.add, Pi * g_Pi, xp))                       # (B, N, h)
+    grads["temp"] = xp.reshape(xp.sum(xp.reshape(g_l * q, (-1, h)), axis=0), (h, 1))
+    return g_l * xp.reshape(cache["params"]["temp"], (1, 1, h))                  # (B, N, h)
