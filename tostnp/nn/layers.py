@@ -27,7 +27,7 @@ LN_EPS = 1e-5
 __all__ = [
     "LN_EPS", "linear_forward", "linear_backward",
     "layer_norm_forward", "layer_norm_backward",
-    "gelu_forward", "gelu_backward",
+    "gelu_forward", "gelu_backward", "gelu_erf_forward", "gelu_erf_backward", "GELUS",
     "mlp_forward", "mlp_backward",
     "dropout_forward", "dropout_backward",
     "embedding_forward", "embedding_backward",
@@ -91,12 +91,14 @@ def linear_backward(dy, cache):
 def layer_norm_forward(x, gamma, beta, eps=LN_EPS):
     """y = (x - mean) / sqrt(var + eps) * gamma + beta, statistics over the last axis.
 
-    x: (..., C); gamma, beta: (C,) -> y: (..., C). var is the biased (1/C) variance.
+    x: (..., C); gamma: (C,); beta: (C,) or None (no shift, as in the published LM's
+    ``bias=False``) -> y: (..., C). var is the biased (1/C) variance.
     """
     check_array(x, "x", min_ndim=1, shape_desc="(..., C)")
     C = x.shape[-1]
     check_param(gamma, "gamma", (C,), x.dtype)
-    check_param(beta, "beta", (C,), x.dtype)
+    if beta is not None:
+        check_param(beta, "beta", (C,), x.dtype)
     eps = float(eps)
     xp = backend.namespace(x)
     mu = xp.mean(x, axis=-1, keepdims=True)                        # (..., 1)
@@ -104,22 +106,26 @@ def layer_norm_forward(x, gamma, beta, eps=LN_EPS):
     var = xp.mean(xc * xc, axis=-1, keepdims=True)                 # (..., 1)
     rstd = 1.0 / xp.sqrt(var + eps)                                # (..., 1)
     xhat = xc * rstd                                               # (..., C)
-    y = xhat * gamma + beta                                        # (..., C)
-    return y, (xhat, rstd, gamma)
+    y = xhat * gamma                                               # (..., C)
+    if beta is not None:
+        y = y + beta
+    return y, (xhat, rstd, gamma, beta is not None)
 
 
 def layer_norm_backward(dy, cache):
-    """dy: (..., C) -> dx (..., C), {"gamma": (C,), "beta": (C,)}.
+    """dy: (..., C) -> dx (..., C), {"gamma": (C,), "beta": (C,) if beta was given}.
 
     With g = dy * gamma: dx = rstd * (g - mean(g) - xhat * mean(g * xhat)), means over C.
     """
-    xhat, rstd, gamma = cache
+    xhat, rstd, gamma, has_beta = cache
     xp = backend.namespace(dy)
     g = dy * gamma                                                 # (..., C)
     dx = g - xp.mean(g, axis=-1, keepdims=True)
     dx = dx - xhat * xp.mean(g * xhat, axis=-1, keepdims=True)
     dx = dx * rstd                                                 # (..., C)
-    grads = {"gamma": _sum_leading(xp, dy * xhat), "beta": _sum_leading(xp, dy)}
+    grads = {"gamma": _sum_leading(xp, dy * xhat)}
+    if has_beta:
+        grads["beta"] = _sum_leading(xp, dy)
     return dx, grads
 
 
@@ -149,14 +155,51 @@ def gelu_backward(dy, cache):
 
 
 # ---------------------------------------------------------------------------------------------
+# GELU, exact form (erf), as in the published ToST models
+# ---------------------------------------------------------------------------------------------
+_INV_SQRT2 = 1.0 / math.sqrt(2.0)
+_INV_SQRT2PI = 1.0 / math.sqrt(2.0 * math.pi)
+
+
+def gelu_erf_forward(x):
+    """y = x Phi(x) = 0.5 x (1 + erf(x / sqrt 2)).  x: (...) -> y: (...).
+
+    The tanh form above approximates this to within about 5e-4; erf comes from the backend
+    (the Array API standard has none).
+    """
+    check_array(x, "x", shape_desc="(...)")
+    Phi = 0.5 * (1.0 + backend.erf(x * _INV_SQRT2))                # (...) normal CDF
+    return x * Phi, (x, Phi)
+
+
+def gelu_erf_backward(dy, cache):
+    """dy: (...) -> dx (...), {}.   dy/dx = Phi(x) + x phi(x), phi the normal density."""
+    x, Phi = cache
+    xp = backend.namespace(dy)
+    phi = _INV_SQRT2PI * xp.exp(-0.5 * (x * x))                    # (...)
+    return dy * (Phi + x * phi), {}
+
+
+# name -> (forward, backward): the GELU a model uses is part of its config
+GELUS = {"tanh": (gelu_forward, gelu_backward), "erf": (gelu_erf_forward, gelu_erf_backward)}
+
+
+def _gelu_pair(gelu: str):
+    if gelu not in GELUS:
+        raise ValueError(f"gelu must be one of {sorted(GELUS)}, got {gelu!r}")
+    return GELUS[gelu]
+
+
+# ---------------------------------------------------------------------------------------------
 # MLP: Linear -> GELU -> Linear
 # ---------------------------------------------------------------------------------------------
-def mlp_forward(x, params):
+def mlp_forward(x, params, gelu: str = "tanh"):
     """y = GELU(x @ W1 + b1) @ W2 + b2.
 
-    x: (..., C); params {"W1": (C, H), "b1": (H,) optional, "W2": (H, C), "b2": (C,) optional}
-    -> y: (..., C).
+    x: (..., C); params {"W1": (C, H), "b1": (H,) optional, "W2": (H, C), "b2": (C,) optional};
+    gelu: "tanh" (approximation) or "erf" (exact) -> y: (..., C).
     """
+    gelu_fwd, gelu_bwd = _gelu_pair(gelu)
     check_array(x, "x", min_ndim=1, shape_desc="(..., C)")
     C = x.shape[-1]
     W1 = params.get("W1") if isinstance(params, dict) else None
@@ -166,16 +209,17 @@ def mlp_forward(x, params):
     check_params(params, {"W1": ((C, Hd), True), "b1": ((Hd,), False),
                           "W2": ((Hd, C), True), "b2": ((C,), False)}, x.dtype, "mlp")
     h, c1 = linear_forward(x, params["W1"], params.get("b1"))     # (..., H)
-    a, c2 = gelu_forward(h)                                        # (..., H)
+    a, c2 = gelu_fwd(h)                                            # (..., H)
     y, c3 = linear_forward(a, params["W2"], params.get("b2"))     # (..., C)
-    return y, (c1, c2, c3)
+    return y, (c1, (gelu_bwd, c2), c3)
 
 
 def mlp_backward(dy, cache):
     """dy: (..., C) -> dx (..., C), {"W1", "b1", "W2", "b2"} (only the keys given)."""
     c1, c2, c3 = cache
     da, g3 = linear_backward(dy, c3)                               # (..., H)
-    dh, _ = gelu_backward(da, c2)                                  # (..., H)
+    gelu_bwd, c2 = c2
+    dh, _ = gelu_bwd(da, c2)                                       # (..., H)
     dx, g1 = linear_backward(dh, c1)                               # (..., C)
     grads = {k + "1": v for k, v in g1.items()}
     grads.update({k + "2": v for k, v in g3.items()})
