@@ -44,6 +44,9 @@ def r_vision_loss(P, images, y, cfg):
         cls = P["cls_token"] * anp.ones((B, 1, 1))
         for j in range(cfg.num_cls_blocks):
             pre = f"cab.{j}."
+            if cfg.cab == "published":
+                cls, x = r_cab_published(cls, x, P, pre, cfg)
+                continue
             u = ref_layer_norm(anp.concatenate([cls, x], axis=1), P[pre + "norm1.gamma"],
                      P[pre + "norm1.beta"], cfg.ln_eps)
             cls = cls + P[pre + "ls1.gamma"] * ref_class_attention(u, P, cfg.num_heads,
@@ -56,6 +59,19 @@ def r_vision_loss(P, images, y, cfg):
         pooled = anp.mean(x, axis=1)
     logits = ref_layer_norm(pooled, P["norm.gamma"], P["norm.beta"], cfg.ln_eps) @ P["head.W"] + P["head.b"]
     return ref_cross_entropy(logits, y)
+
+
+def r_cab_published(cls, x, P, pre, cfg):
+    """XCiT's class-attention block with tokens_norm (tost-math §8, item 4), as written there:
+    class token -> LN2(c) + gamma2 MLP(LN2(c)) with c = cls + gamma1 CA(LN1([cls; x]));
+    patch token t -> 2 LN2(t + gamma1 LN1(t))."""
+    eps, g1, g2 = cfg.ln_eps, P[pre + "ls1.gamma"], P[pre + "ls2.gamma"]
+    u = ref_layer_norm(anp.concatenate([cls, x], axis=1), P[pre + "norm1.gamma"],
+                       P[pre + "norm1.beta"], eps)
+    c = cls + g1 * ref_class_attention(u, P, cfg.num_heads, pre=pre + "attn.")
+    ln2 = lambda z: ref_layer_norm(z, P[pre + "norm2.gamma"], P[pre + "norm2.beta"], eps)  # noqa
+    new_cls = ln2(c) + g2 * ref_mlp(ln2(c), P, pre + "mlp.")
+    return new_cls, 2.0 * ln2(x + g1 * u[:, 1:, :])
 
 
 def r_lm_loss(P, ids, targets, cfg, E_out=None):
@@ -86,9 +102,10 @@ def _assert_grads_close(got, want, rtol=1e-6, atol=1e-9):
 TINY_V = dict(width=8, depth=2, num_heads=2, mlp_ratio=2)
 
 
-@pytest.mark.parametrize("pool", ["cls", "mean"])
-def test_vision_grad_matches_autograd(pool):
-    cfg = get_vision_config("tiny-digits", pool=pool, num_cls_blocks=2, **TINY_V)
+@pytest.mark.parametrize("pool,cab", [("cls", "published"), ("cls", "cls-only"),
+                                      ("mean", "published")])
+def test_vision_grad_matches_autograd(pool, cab):
+    cfg = get_vision_config("tiny-digits", pool=pool, num_cls_blocks=2, cab=cab, **TINY_V)
     P = _perturbed(vision_init(cfg, backend.RNG(0), xp_np, dtype=xp_np.float64), 1)
     rng = np.random.default_rng(2)
     images, y = rng.random((3, 8, 8, 1)), np.array([1, 7, 1])

@@ -21,10 +21,11 @@ from scipy.special import erf as scipy_erf
 from tostnp import backend
 from tostnp.nn import layers as L
 from tostnp.nn.conv import conv3x3s2_forward, conv3x3s2_backward
-from tostnp.nn.batchnorm import batch_norm2d_forward, batch_norm2d_backward, is_state
+from tostnp.nn.batchnorm import batch_norm2d_forward, batch_norm2d_backward
+from tostnp.params import is_state
 from tostnp.nn.position import fourier_features
 from tostnp.nn.stem import conv_stem_init, conv_stem_forward, conv_stem_backward, stem_channels
-from helpers import rel_err
+from references import rel_err
 
 TOL = 1e-9
 DEV = xps.Device("device1")

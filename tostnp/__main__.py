@@ -16,6 +16,8 @@ COMMANDS = {
     "evaluate": ("tostnp.commands.evaluate", "evaluate a saved checkpoint"),
     "sample": ("tostnp.commands.sample", "generate text from a language-model checkpoint"),
     "figures": ("tostnp.commands.figures", "interpretability figures from a vision checkpoint"),
+    "convert": ("tostnp.commands.convert",
+                "exchange weights with the published PyTorch ToST (.safetensors)"),
     "bench": ("tostnp.commands.bench", "benchmark TSSA against softmax and linear attention"),
 }
 

@@ -36,6 +36,7 @@ import re
 from typing import Callable
 
 from . import backend
+from .params import is_state
 from ._validate import check_array
 
 __all__ = ["AdamW", "default_no_decay", "lr_schedule", "clip_grad_norm"]
@@ -181,21 +182,25 @@ class AdamW:
             raise ValueError(f"weight_decay must be >= 0, got {weight_decay!r}")
         no_decay = no_decay or (lambda name: False)
         self.params = params
-        self.decay = {name: (0.0 if no_decay(name) else self.weight_decay) for name in params}
+        # Model state (BatchNorm running statistics) lives in params but is never optimised.
+        self.names = [name for name in params if not is_state(name)]
+        self.decay = {name: (0.0 if no_decay(name) else self.weight_decay) for name in self.names}
         self.t = 0
         self.m = {}
         self.v = {}
-        for name, p in params.items():
+        for name in self.names:
+            p = params[name]
             xp = backend.namespace(p)
             self.m[name] = xp.zeros(p.shape, dtype=p.dtype, device=backend.device_of(p))
             self.v[name] = xp.zeros(p.shape, dtype=p.dtype, device=backend.device_of(p))
 
     def step(self, grads: dict, lr: float | None = None) -> None:
-        """One AdamW update of every parameter; ``grads`` must hold a gradient for each one."""
+        """One AdamW update of every parameter; ``grads`` must hold a gradient for each one
+        (and none for model state)."""
         if not isinstance(grads, dict):
             raise TypeError(f"grads must be a dict of arrays, got {type(grads).__name__}")
-        missing = [n for n in self.params if n not in grads]
-        extra = [n for n in grads if n not in self.params]
+        missing = [n for n in self.names if n not in grads]
+        extra = [n for n in grads if n not in self.decay]
         if missing or extra:
             raise KeyError(f"grads must have exactly the keys of params; missing {missing}, "
                            f"unexpected {extra}")
@@ -237,7 +242,7 @@ class AdamW:
     def state_dict(self) -> dict:
         """``{"step": int, "arrays": {"m.<name>": array, "v.<name>": array, ...}}`` (copies)."""
         arrays = {}
-        for name in self.params:
+        for name in self.names:
             xp = backend.namespace(self.m[name])
             arrays[f"m.{name}"] = xp.asarray(self.m[name], copy=True)
             arrays[f"v.{name}"] = xp.asarray(self.v[name], copy=True)
@@ -253,7 +258,8 @@ class AdamW:
             raise ValueError(f"optimizer state 'step' must be an int >= 0, got {step!r}")
         arrays = d["arrays"]
         new_m, new_v = {}, {}
-        for name, p in self.params.items():
+        for name in self.names:
+            p = self.params[name]
             xp, dev = backend.namespace(p), backend.device_of(p)
             for kind, store in (("m", new_m), ("v", new_v)):
                 key = f"{kind}.{name}"

@@ -10,7 +10,8 @@ from __future__ import annotations
 
 from ._validate import check_array
 
-__all__ = ["check_params", "check_param", "shape_str", "sub", "prefixed", "num_params"]
+__all__ = ["check_params", "check_param", "shape_str", "sub", "prefixed", "num_params",
+           "is_state", "STATE_LEAVES"]
 
 
 def shape_str(shape) -> str:
@@ -64,10 +65,23 @@ def prefixed(grads: dict, prefix: str) -> dict:
     return {f"{prefix}.{k}": v for k, v in grads.items()}
 
 
+# Leaf names of model *state* (BatchNorm running statistics, tostnp.nn.batchnorm): kept in the
+# parameter dict so that checkpoints and exports carry them, but never trained, never
+# weight-decayed, and not counted as parameters.
+STATE_LEAVES = ("running_mean", "running_var", "num_batches_tracked")
+
+
+def is_state(name: str) -> bool:
+    """True for a flat name that holds model state ("stem.0.bn.running_var")."""
+    return name.rsplit(".", 1)[-1] in STATE_LEAVES
+
+
 def num_params(params: dict) -> int:
-    """Total number of scalars in a parameter dict."""
+    """Number of trainable scalars in a parameter dict (model state excluded)."""
     n = 0
-    for v in params.values():
+    for k, v in params.items():
+        if is_state(k):
+            continue
         size = 1
         for s in v.shape:
             size *= int(s)

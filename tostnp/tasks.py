@@ -78,7 +78,8 @@ class VisionTask:
 
     def loss_and_grads(self, params, batch):
         images, labels = batch
-        loss, grads, logits = vision_loss_and_grads(params, images, labels, self.cfg)
+        # train=True: BatchNorm uses batch statistics and updates its running ones in params
+        loss, grads, logits = vision_loss_and_grads(params, images, labels, self.cfg, train=True)
         xp = self.xp
         acc = xp.mean(xp.astype(xp.argmax(logits, axis=-1) == labels, self.dtype))
         return loss, grads, {"acc": acc}

@@ -110,8 +110,8 @@ def train(task, tcfg: TrainConfig, out_dir: str, *, resume: bool = False,
         opt.load_state_dict({"step": state["opt_step"],
                              "arrays": sub(extra, "opt")})
         start = int(state["step"])
-        task.set_data_state(state["data_state"],
-                            sub(extra, "data"))
+        if state.get("data_state") is not None:  # None: imported weights (tostnp convert),
+            task.set_data_state(state["data_state"], sub(extra, "data"))  # fresh data order
         records = [r for r in read_metrics(metrics_path) if r["step"] <= start] \
             if os.path.exists(metrics_path) else []
         atomic_write_text(metrics_path, "".join(json.dumps(r) + "\n" for r in records))

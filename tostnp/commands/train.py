@@ -134,7 +134,7 @@ def _run_vision(args, xp) -> int:
         if got is None:
             return 2
         config, tcfg = got
-        cfg = C.VisionConfig(**config["model"]).validate()
+        cfg = C.config_from_dict(config)[1]
         data_name, data_dir = config["data"], config.get("data_dir")
         shift = config["augment_shift"]
     else:
@@ -194,7 +194,7 @@ def _run_lm(args, xp) -> int:
         if got is None:
             return 2
         config, tcfg = got
-        cfg = C.LMConfig(**config["model"]).validate()
+        cfg = C.config_from_dict(config)[1]
         text_path = config.get("text_path")
         tok = CharTokenizer.from_dict(config["tokenizer"])
         eval_batches = config.get("eval_batches", 8)

@@ -11,7 +11,7 @@ from dataclasses import dataclass, fields, replace
 
 __all__ = ["VisionConfig", "LMConfig", "VISION_CONFIGS", "LM_CONFIGS", "get_vision_config",
            "get_lm_config", "VisionTrainPreset", "LMTrainPreset", "VISION_TRAIN_PRESETS",
-           "LM_TRAIN_PRESET", "get_vision_train_preset"]
+           "LM_TRAIN_PRESET", "get_vision_train_preset", "config_from_dict"]
 
 
 @dataclass(frozen=True)
@@ -27,6 +27,14 @@ class VisionConfig:
     ln_eps: LayerNorm eps (1e-6 for vision); init_std: std of the weight matrices (0.02 as
     published; the tiny digits preset uses 0.1, which on 1347 training images reaches 97% in
     about half the epochs -- measured with the "tiny-digits" training preset below).
+
+    The published form (tost-math §8; presets "T" and "S"): stem "conv" (3x3 stride-2
+    convolutions with BatchNorm, :mod:`tostnp.nn.stem`; patch_size a power of two) instead of
+    "linear" (one linear map per patch); pos "fourier" (fixed Fourier features + a learned
+    projection, :mod:`tostnp.nn.position`) instead of "learned" (a table of N x C); gelu "erf"
+    (exact) instead of "tanh"; cab "published" (XCiT's class-attention block with tokens_norm:
+    the patch tokens are re-normalised too) -- "cls-only" is the earlier CaiT-style block that
+    updates the class token only.
     """
     image_size: int = 8
     in_chans: int = 1
@@ -41,6 +49,10 @@ class VisionConfig:
     layer_scale_init: float = 1.0
     ln_eps: float = 1e-6
     init_std: float = 0.1
+    stem: str = "linear"
+    pos: str = "learned"
+    gelu: str = "tanh"
+    cab: str = "published"
 
     @property
     def num_patches(self) -> int:
@@ -57,8 +69,14 @@ class VisionConfig:
         if self.width % self.num_heads:
             raise ValueError(f"width ({self.width}) must be a multiple of num_heads "
                              f"({self.num_heads})")
-        if self.pool not in ("cls", "mean"):
-            raise ValueError(f"pool must be 'cls' or 'mean', got {self.pool!r}")
+        for f, choices in (("pool", ("cls", "mean")), ("stem", ("linear", "conv")),
+                           ("pos", ("learned", "fourier")), ("gelu", ("tanh", "erf")),
+                           ("cab", ("published", "cls-only"))):
+            if getattr(self, f) not in choices:
+                raise ValueError(f"{f} must be one of {choices}, got {getattr(self, f)!r}")
+        if self.stem == "conv":
+            from ..nn.stem import stem_channels
+            stem_channels(self.in_chans, self.width, self.patch_size)   # ValueError if unfit
         for f in ("image_size", "in_chans", "patch_size", "num_classes", "width", "depth",
                   "num_heads", "mlp_ratio"):
             if getattr(self, f) < 1:
@@ -73,7 +91,9 @@ class LMConfig:
     vocab_size V, block_size (max context T; the causal TSSA denom_bias has this many rows),
     width C, depth, num_heads h, mlp_ratio; layer_scale_init 1e-5 (as published for LMs);
     ln_eps 1e-5; init_std 0.02 (output projections get init_std / sqrt(2 * depth)).
-    No biases anywhere (the LayerNorms keep their beta shift, see lm.py).
+    bias: linear biases (TSSA and MLP) and LayerNorm shifts, as nanoGPT's ``bias`` (the published
+    training uses False); ln_bias: LayerNorm shifts alone, None = same as ``bias`` ("tiny-char"
+    keeps its shifts without linear biases); gelu: "tanh" or "erf" (exact, as published).
     """
     vocab_size: int = 65
     block_size: int = 64
@@ -84,6 +104,14 @@ class LMConfig:
     layer_scale_init: float = 1e-5
     ln_eps: float = 1e-5
     init_std: float = 0.02
+    bias: bool = False
+    ln_bias: bool | None = None
+    gelu: str = "tanh"
+
+    @property
+    def ln_shift(self) -> bool:
+        """Whether the LayerNorms have a shift (beta)."""
+        return self.bias if self.ln_bias is None else self.ln_bias
 
     def validate(self) -> "LMConfig":
         if self.width % self.num_heads:
@@ -92,6 +120,12 @@ class LMConfig:
         for f in ("vocab_size", "block_size", "width", "depth", "num_heads", "mlp_ratio"):
             if getattr(self, f) < 1:
                 raise ValueError(f"{f} must be >= 1, got {getattr(self, f)}")
+        if self.gelu not in ("tanh", "erf"):
+            raise ValueError(f"gelu must be 'tanh' or 'erf', got {self.gelu!r}")
+        for f in ("bias", "ln_bias"):
+            v = getattr(self, f)
+            if not (isinstance(v, bool) or (f == "ln_bias" and v is None)):
+                raise ValueError(f"{f} must be True or False, got {v!r}")
         return self
 
 
@@ -104,18 +138,23 @@ VISION_CONFIGS = {
     # CIFAR-10 32x32x3, patch 4 -> 64 tokens.
     "tiny-cifar": VisionConfig(image_size=32, in_chans=3, patch_size=4, width=128, depth=6,
                                num_heads=4, mlp_ratio=4, init_std=0.02),
-    # Published sizes (ImageNet 224, patch 16 -> 196 tokens); for GPU users, not trained here.
+    # The published ToST-T/S (tost_cab_*_12_p16, ImageNet 224, patch 16 -> 196 tokens): their
+    # parameter counts are 5,769,328 and 22,589,944; for GPU users, not trained here.
     "T": VisionConfig(image_size=224, in_chans=3, patch_size=16, num_classes=1000, width=192,
-                      depth=12, num_heads=4, mlp_ratio=4, num_cls_blocks=2, init_std=0.02),
+                      depth=12, num_heads=4, mlp_ratio=4, num_cls_blocks=2, init_std=0.02,
+                      stem="conv", pos="fourier", gelu="erf"),
     "S": VisionConfig(image_size=224, in_chans=3, patch_size=16, num_classes=1000, width=384,
-                      depth=12, num_heads=8, mlp_ratio=4, num_cls_blocks=2, init_std=0.02),
+                      depth=12, num_heads=8, mlp_ratio=4, num_cls_blocks=2, init_std=0.02,
+                      stem="conv", pos="fourier", gelu="erf"),
 }
 
 LM_CONFIGS = {
     # CPU-sized character-level model (vocab_size is set from the corpus).
-    "tiny-char": LMConfig(),
-    # ToST-Base (GPT-2 sized; instantiate only): 12 layers, 12 heads, 768 wide, GPT-2 vocab.
-    "base": LMConfig(vocab_size=50304, block_size=1024, width=768, depth=12, num_heads=12),
+    "tiny-char": LMConfig(ln_bias=True),
+    # The published ToST-Base as trained (bias=False, exact GELU; 110,384,016 parameters with
+    # the position table; GPT-2 sized, instantiate only): 12 layers, 12 heads, 768 wide.
+    "base": LMConfig(vocab_size=50304, block_size=1024, width=768, depth=12, num_heads=12,
+                     gelu="erf"),
 }
 
 
@@ -185,3 +224,27 @@ LM_TRAIN_PRESET = LMTrainPreset()
 def get_vision_train_preset(name: str) -> VisionTrainPreset:
     """The training preset of model preset ``name`` (the dataclass defaults for the others)."""
     return VISION_TRAIN_PRESETS.get(name, VisionTrainPreset())
+
+
+# Fields that checkpoints written before they existed lack, with the form those models had.
+_LEGACY = {"vision": {"cab": "cls-only"}, "lm": {"bias": False, "ln_bias": True}}
+
+
+def config_from_dict(config: dict):
+    """A checkpoint's config dict -> (kind "vision" | "lm", validated model config).
+
+    A field missing from an older checkpoint gets the value its model was trained with.
+    """
+    kind = config.get("task") if isinstance(config, dict) else None
+    if kind not in ("vision", "lm"):
+        raise ValueError(f"checkpoint config has unknown task {kind!r} (expected 'vision' or 'lm')")
+    model = config.get("model")
+    if not isinstance(model, dict):
+        raise ValueError("checkpoint config has no 'model' settings")
+    cls = VisionConfig if kind == "vision" else LMConfig
+    known = {f.name for f in fields(cls)}
+    bad = sorted(set(model) - known)
+    if bad:
+        raise ValueError(f"checkpoint model config has unknown field(s) {bad}")
+    merged = {**{k: v for k, v in _LEGACY[kind].items()}, **model}
+    return kind, cls(**merged).validate()

@@ -7,10 +7,10 @@
 The head is tied to the token embedding, so the gradient of ``wte`` is the SUM of its two uses
 (the embedding lookup, scattered by token id, and the output projection).
 
-Init (as in the published ToST language models): every weight N(0, 0.02); the two output
-projections of each block (TSSA ``W_o`` and MLP ``W2``) N(0, 0.02 / sqrt(2 * depth)); LayerScale gammas 1e-5; LN eps 1e-5;
-no biases in the linear maps. The LayerNorms keep their beta shift (tostnp's LayerNorm always has
-one): a small difference from nanoGPT's ``bias=False`` LayerNorm.
+Init (tost-math §5): every weight N(0, 0.02); the two output projections of each block
+(TSSA ``W_o`` and MLP ``W2``) N(0, 0.02 / sqrt(2 * depth)); LayerScale gammas 1e-5; LN eps 1e-5.
+``cfg.bias`` adds linear biases and LayerNorm shifts (nanoGPT's ``bias``; the published training
+uses False: neither); ``cfg.ln_bias`` keeps the shifts alone ("tiny-char" has them).
 
 Generation (:func:`lm_generate`) uses the recurrent decoder of the causal TSSA: each layer carries
 its prefix statistics (S1, S2, S3), so each new token costs O(1) in the context length (the
@@ -20,7 +20,7 @@ it is full, generation keeps the last ``block_size // 2`` tokens and rebuilds th
 (amortised O(1) per token; the model never sees a context longer than it was trained on).
 
 Parameters: "wte" (V, C), "wpe" (block_size, C), "blocks.{i}.<tost block keys>",
-"ln_f.gamma", "ln_f.beta".
+"ln_f.gamma", "ln_f.beta" (with LayerNorm shifts).
 """
 from __future__ import annotations
 
@@ -47,13 +47,14 @@ def lm_init(cfg: LMConfig, rng, xp, dtype=None, device=None) -> dict:
     std_out = std / math.sqrt(2 * cfg.depth)
     for i in range(cfg.depth):
         bp = Bk.tost_block_init(rng, xp, C, cfg.num_heads, causal=True,
-                                max_len=cfg.block_size, bias=False,
+                                max_len=cfg.block_size, bias=cfg.bias, ln_bias=cfg.ln_shift,
                                 layer_scale_init=cfg.layer_scale_init,
                                 mlp_ratio=cfg.mlp_ratio, dtype=dtype, device=device,
                                 std=std, std_out=std_out)
         params.update(prefixed(bp, f"blocks.{i}"))
     params["ln_f.gamma"] = xp.ones((C,), dtype=dtype, device=device)
-    params["ln_f.beta"] = xp.zeros((C,), dtype=dtype, device=device)
+    if cfg.ln_shift:
+        params["ln_f.beta"] = xp.zeros((C,), dtype=dtype, device=device)
     return params
 
 
@@ -78,9 +79,9 @@ def lm_forward(ids, params: dict, cfg: LMConfig):
     c_blocks = []
     for i in range(cfg.depth):
         x, c = Bk.tost_block_forward(x, sub(params, f"blocks.{i}"), cfg.num_heads,
-                                     causal=True, ln_eps=cfg.ln_eps)
+                                     causal=True, ln_eps=cfg.ln_eps, gelu=cfg.gelu)
         c_blocks.append(c)
-    h, c_ln = L.layer_norm_forward(x, params["ln_f.gamma"], params["ln_f.beta"], cfg.ln_eps)
+    h, c_ln = L.layer_norm_forward(x, params["ln_f.gamma"], params.get("ln_f.beta"), cfg.ln_eps)
     logits = h @ xp.matrix_transpose(params["wte"])                        # (B, T, V)
     return logits, {"emb": c_emb, "blocks": c_blocks, "ln_f": c_ln, "h": h, "T": T,
                     "wte": params["wte"], "cfg": cfg}
@@ -141,9 +142,10 @@ class _Decoder:
         x = xp.take(p["wte"], ids_t, axis=0) + p["wpe"][self.t, :]        # (B, C)
         for i, bp in enumerate(self.blocks):
             x, self.states[i] = Bk.tost_block_decode_step(self.states[i], x, bp, cfg.num_heads,
-                                                          self.t, ln_eps=cfg.ln_eps)
+                                                          self.t, ln_eps=cfg.ln_eps,
+                                                          gelu=cfg.gelu)
         self.t += 1
-        h, _ = L.layer_norm_forward(x, p["ln_f.gamma"], p["ln_f.beta"], cfg.ln_eps)
+        h, _ = L.layer_norm_forward(x, p["ln_f.gamma"], p.get("ln_f.beta"), cfg.ln_eps)
         return h @ xp.matrix_transpose(p["wte"])                           # (B, V)
 
 

@@ -6,20 +6,28 @@
     logits = head(LayerNorm(cls))                                   # (B, num_classes)
 
 Pooling by class attention (CaiT/XCiT style, :mod:`tostnp.nn.class_attention`) keeps the whole
-model linear in N: the CLS token is the only query, so its cost is O(N C). Only the CLS token
-is updated (CaiT's variant; XCiT also passes the patch tokens through the MLP, which does not
-change the prediction). ``pool="mean"`` replaces this by the mean of the
-patch tokens.
+model linear in N: the CLS token is the only query, so its cost is O(N C). Every preset uses the
+published block (XCiT with tokens_norm, which also re-normalises the patch tokens that the next
+class-attention block sees); ``cab="cls-only"`` is CaiT's variant and ``pool="mean"`` replaces
+class attention by the mean of the patch tokens.
 
-Differences from the published ToST-T/S (built on XCiT), said once here: the stem is a plain ViT
-patch embedding (one linear map on flattened patches) instead of XCiT's convolutional stem, and
-the position encoding is a learned table instead of XCiT's Fourier features; XCiT's local patch
-interaction (depth-wise convolutions) is absent. The configs "T" and "S" match the published
-widths, depths and heads, so their parameter counts differ somewhat from 5.77M / 22.6M.
+The published ToST-T/S (built on XCiT, tost-math §8) are the configs "T" and "S": stem "conv"
+(3x3 stride-2 convolutions with BatchNorm and GELU, :mod:`tostnp.nn.stem`), pos "fourier"
+(fixed Fourier features with a learned projection, :mod:`tostnp.nn.position`), gelu "erf", and
+the published class-attention block; their parameter counts are the published 5,769,328 and
+22,589,944. The small presets keep the lighter ViT form: one linear map per patch ("linear")
+and a learned position table ("learned"). XCiT's local patch interaction is absent in both
+(the published ToST does not use it either).
 
-Parameters are one flat dict with dotted names: "patch.W", "patch.b", "pos_embed",
-"blocks.{i}.<tost block keys>", "cls_token", "cab.{j}.<class-attention block keys>",
-"norm.gamma", "norm.beta", "head.W", "head.b".
+BatchNorm makes the model stateful: ``vision_forward(..., train=True)`` normalises with batch
+statistics and returns the updated running statistics in ``cache["state"]``;
+:func:`vision_loss_and_grads` with ``train=True`` writes them into ``params`` (PyTorch's
+``model.train()``). Every other use -- evaluation, figures, prediction -- is evaluation mode.
+
+Parameters are one flat dict with dotted names: "patch.W", "patch.b" (linear stem) or
+"stem.{s}.conv.W", "stem.{s}.bn.*" (conv stem; the bn running statistics are state), "pos_embed"
+(learned) or "pos.W" (64, C), "pos.b" (Fourier), "blocks.{i}.<tost block keys>", "cls_token",
+"cab.{j}.<class-attention block keys>", "norm.gamma", "norm.beta", "head.W", "head.b".
 """
 from __future__ import annotations
 
@@ -31,6 +39,8 @@ from ..nn import layers as L
 from ..nn import block as Bk
 from ..nn.class_attention import (class_attention_block_init, class_attention_block_forward,
                                   class_attention_block_backward)
+from ..nn.stem import conv_stem_init, conv_stem_forward, conv_stem_backward
+from ..nn.position import fourier_features, FOURIER_DIM
 from ..params import sub, prefixed, num_params
 from .configs import VisionConfig
 
@@ -51,13 +61,22 @@ def vision_init(cfg: VisionConfig, rng, xp, dtype=None, device=None) -> dict:
     cfg.validate()
     dtype = xp.float32 if dtype is None else dtype
     C, P, std = cfg.width, cfg.patch_size, cfg.init_std
-    # The patch stem sees only P*P*Cin inputs: a fan-in init keeps its output O(1).
-    fan_in = P * P * cfg.in_chans
-    params = {
-        "patch.W": _normal(rng, xp, (fan_in, C), dtype, 1.0 / math.sqrt(fan_in), device),
-        "patch.b": xp.zeros((C,), dtype=dtype, device=device),
-        "pos_embed": _normal(rng, xp, (1, cfg.num_patches, C), dtype, std, device),
-    }
+    if cfg.stem == "conv":
+        params = prefixed(conv_stem_init(rng, xp, cfg.in_chans, C, P, dtype, device), "stem")
+    else:
+        # The patch stem sees only P*P*Cin inputs: a fan-in init keeps its output O(1).
+        fan_in = P * P * cfg.in_chans
+        params = {
+            "patch.W": _normal(rng, xp, (fan_in, C), dtype, 1.0 / math.sqrt(fan_in), device),
+            "patch.b": xp.zeros((C,), dtype=dtype, device=device),
+        }
+    if cfg.pos == "fourier":
+        # PyTorch's default init width for the published 1x1 convolution: U(+-1/sqrt(64))
+        params["pos.W"] = _normal(rng, xp, (2 * FOURIER_DIM, C), dtype,
+                                  1.0 / math.sqrt(3 * 2 * FOURIER_DIM), device)
+        params["pos.b"] = xp.zeros((C,), dtype=dtype, device=device)
+    else:
+        params["pos_embed"] = _normal(rng, xp, (1, cfg.num_patches, C), dtype, std, device)
     for i in range(cfg.depth):
         bp = Bk.tost_block_init(rng, xp, C, cfg.num_heads, causal=False, bias=True,
                                 layer_scale_init=cfg.layer_scale_init, mlp_ratio=cfg.mlp_ratio,
@@ -81,11 +100,14 @@ def vision_init(cfg: VisionConfig, rng, xp, dtype=None, device=None) -> dict:
 # --------------------------------------------------------------------------------------------
 # whole model
 # --------------------------------------------------------------------------------------------
-def vision_forward(images, params: dict, cfg: VisionConfig):
+def vision_forward(images, params: dict, cfg: VisionConfig, train: bool = False):
     """images (B, H, W, Cin) channels-last, float -> (logits (B, num_classes), cache).
 
-    cache["blocks"][i] is the i-th ToST block's cache (the TSSA memberships live there; see
-    :func:`tostnp.figures.memberships`), cache["tokens_in"][i] its input (B, N, C).
+    ``train``: BatchNorm (conv stem only) normalises with the batch's statistics and
+    ``cache["state"]`` holds the updated running statistics (keys as in ``params``); otherwise
+    evaluation mode and ``cache["state"]`` is empty. cache["blocks"][i] is the i-th ToST block's
+    cache (the TSSA memberships live there; see :func:`tostnp.figures.memberships`),
+    cache["tokens_in"][i] its input (B, N, C).
     """
     xp = check_array(images, "images", ndim=4, shape_desc="(B, H, W, Cin)")
     S, Cin = cfg.image_size, cfg.in_chans
@@ -93,22 +115,36 @@ def vision_forward(images, params: dict, cfg: VisionConfig):
         raise ValueError(f"images must have shape (B, {S}, {S}, {Cin}) for this config, "
                          f"got {tuple(images.shape)}")
     B = images.shape[0]
-    x, c_patch = L.patch_embed_forward(images, params["patch.W"], params["patch.b"],
-                                       cfg.patch_size)                     # (B, N, C)
-    x = x + params["pos_embed"]
+    state = {}
+    if cfg.stem == "conv":
+        x, c_patch = conv_stem_forward(images, sub(params, "stem"), cfg.patch_size,
+                                       train=train, gelu=cfg.gelu)         # (B, N, C)
+        state = prefixed(c_patch["state"], "stem")
+    else:
+        x, c_patch = L.patch_embed_forward(images, params["patch.W"], params["patch.b"],
+                                           cfg.patch_size)                 # (B, N, C)
+    c_pos = None
+    if cfg.pos == "fourier":
+        F = fourier_features(xp, cfg.grid, cfg.grid, x.dtype, backend.device_of(x))  # (N, 64)
+        pos, c_pos = L.linear_forward(F, params["pos.W"], params["pos.b"])            # (N, C)
+        x = x + pos
+    else:
+        x = x + params["pos_embed"]
     c_blocks, tokens_in = [], []
     for i in range(cfg.depth):
         tokens_in.append(x)
         x, c = Bk.tost_block_forward(x, sub(params, f"blocks.{i}"), cfg.num_heads,
-                                     causal=False, ln_eps=cfg.ln_eps)
+                                     causal=False, ln_eps=cfg.ln_eps, gelu=cfg.gelu)
         c_blocks.append(c)
     c_cab = []
     if cfg.pool == "cls":
         C = cfg.width
         cls = xp.broadcast_to(params["cls_token"], (B, 1, C))              # (B, 1, C)
+        tok = x
         for j in range(cfg.num_cls_blocks):
-            cls, c = class_attention_block_forward(cls, x, sub(params, f"cab.{j}"),
-                                                     cfg.num_heads, cfg.ln_eps)
+            cls, tok, c = class_attention_block_forward(cls, tok, sub(params, f"cab.{j}"),
+                                                        cfg.num_heads, cfg.ln_eps,
+                                                        form=cfg.cab, gelu=cfg.gelu)
             c_cab.append(c)
         pooled = cls[:, 0, :]                                              # (B, C)
     else:
@@ -116,13 +152,15 @@ def vision_forward(images, params: dict, cfg: VisionConfig):
     hn, c_norm = L.layer_norm_forward(pooled, params["norm.gamma"], params["norm.beta"],
                                       cfg.ln_eps)
     logits, c_head = L.linear_forward(hn, params["head.W"], params["head.b"])
-    cache = {"patch": c_patch, "blocks": c_blocks, "tokens_in": tokens_in, "tokens_out": x,
-             "cab": c_cab, "norm": c_norm, "head": c_head, "B": B, "cfg": cfg}
+    cache = {"patch": c_patch, "pos": c_pos, "blocks": c_blocks, "tokens_in": tokens_in,
+             "tokens_out": x, "cab": c_cab, "norm": c_norm, "head": c_head, "B": B, "cfg": cfg,
+             "state": state}
     return logits, cache
 
 
 def vision_backward(dlogits, cache) -> dict:
-    """dlogits (B, num_classes) -> grads: a dict with the same keys as the parameters."""
+    """dlogits (B, num_classes) -> grads: a dict with the trainable keys of the parameters
+    (every key but the BatchNorm state)."""
     xp = backend.namespace(dlogits)
     cfg, B = cache["cfg"], cache["B"]
     grads = {}
@@ -131,10 +169,9 @@ def vision_backward(dlogits, cache) -> dict:
     x = cache["tokens_out"]
     if cfg.pool == "cls":
         dcls = xp.reshape(dpooled, (B, 1, cfg.width))
-        dx = xp.zeros_like(x)
+        dx = None                                        # the last block's patch tokens: unused
         for j in reversed(range(cfg.num_cls_blocks)):
-            dcls, dtok, g = class_attention_block_backward(dcls, cache["cab"][j])
-            dx = dx + dtok
+            dcls, dx, g = class_attention_block_backward(dcls, dx, cache["cab"][j])
             grads.update(prefixed(g, f"cab.{j}"))
         grads["cls_token"] = xp.sum(dcls, axis=0, keepdims=True)          # (1, 1, C)
     else:
@@ -143,19 +180,35 @@ def vision_backward(dlogits, cache) -> dict:
     for i in reversed(range(cfg.depth)):
         dx, g = Bk.tost_block_backward(dx, cache["blocks"][i])
         grads.update(prefixed(g, f"blocks.{i}"))
-    grads["pos_embed"] = xp.sum(dx, axis=0, keepdims=True)                # (1, N, C)
-    _, g = L.patch_embed_backward(dx, cache["patch"])
-    grads.update(prefixed(g, "patch"))
+    if cfg.pos == "fourier":
+        _, g = L.linear_backward(xp.sum(dx, axis=0), cache["pos"])        # (N, C) -> W, b
+        grads.update(prefixed(g, "pos"))
+    else:
+        grads["pos_embed"] = xp.sum(dx, axis=0, keepdims=True)            # (1, N, C)
+    if cfg.stem == "conv":
+        _, g = conv_stem_backward(dx, cache["patch"])
+        grads.update(prefixed(g, "stem"))
+    else:
+        _, g = L.patch_embed_backward(dx, cache["patch"])
+        grads.update(prefixed(g, "patch"))
     return grads
 
 
-def vision_loss_and_grads(params: dict, images, labels, cfg: VisionConfig):
-    """Mean softmax cross-entropy and its gradient -> (loss (0-d array), grads, logits)."""
-    logits, cache = vision_forward(images, params, cfg)
+def vision_loss_and_grads(params: dict, images, labels, cfg: VisionConfig,
+                          train: bool = False):
+    """Mean softmax cross-entropy and its gradient -> (loss (0-d array), grads, logits).
+
+    ``train=True`` (the training loop): BatchNorm in training mode, and its updated running
+    statistics are written into ``params`` (new arrays under the same keys), like a PyTorch
+    module's buffers in ``model.train()``. They get no gradient.
+    """
+    logits, cache = vision_forward(images, params, cfg, train=train)
     loss, c_loss = L.softmax_cross_entropy_forward(logits, labels)
     dlogits, _ = L.softmax_cross_entropy_backward(backend.namespace(logits).ones_like(loss),
                                                   c_loss)
-    return loss, vision_backward(dlogits, cache), logits
+    grads = vision_backward(dlogits, cache)
+    params.update(cache["state"])
+    return loss, grads, logits
 
 
 def vision_predict(params: dict, images, cfg: VisionConfig, batch_size: int = 512):

@@ -27,17 +27,9 @@ from __future__ import annotations
 
 from .. import backend
 from .._validate import check_array
-from ..params import check_param
+from ..params import STATE_LEAVES, is_state, check_param  # noqa: F401  (re-exported)
 
 __all__ = ["batch_norm2d_forward", "batch_norm2d_backward", "STATE_LEAVES", "is_state"]
-
-# Leaf names of model state: saved, exported, never trained, never weight-decayed.
-STATE_LEAVES = ("running_mean", "running_var", "num_batches_tracked")
-
-
-def is_state(name: str) -> bool:
-    """True for a flat parameter name that holds model state ("stem.0.bn.running_var")."""
-    return name.rsplit(".", 1)[-1] in STATE_LEAVES
 
 
 def _channel_sum(xp, a):

@@ -6,9 +6,9 @@ r"""The ToST block (book: eq-tiny-tost): pre-LayerNorm, TSSA, LayerScale, residu
 Backward runs the same chain in reverse; each residual adds its two gradient paths
 (dx1 = dy + LN2-branch, dx = dx1 + LN1-branch). Parameters are one flat dict with dotted keys:
 
-    "ln1.gamma", "ln1.beta" (C,)        "tssa.W_u" (C, C), "tssa.b_u" (C,) opt, "tssa.temp" (h, 1),
+    "ln1.gamma", "ln1.beta" (C,) opt    "tssa.W_u" (C, C), "tssa.b_u" (C,) opt, "tssa.temp" (h, 1),
     "tssa.W_o" (C, C), "tssa.b_o" (C,) opt, "tssa.denom_bias" (h, max_len, 1) [causal]
-    "ls1.gamma" (C,)                    "ln2.gamma", "ln2.beta" (C,)
+    "ls1.gamma" (C,)                    "ln2.gamma", "ln2.beta" (C,) opt
     "mlp.W1" (C, H), "mlp.b1" (H,) opt, "mlp.W2" (H, C), "mlp.b2" (C,) opt      "ls2.gamma" (C,)
 
 The recurrent decoder (:func:`tost_block_decode_step`) reuses the per-token layers (LayerNorm,
@@ -39,12 +39,12 @@ def _split(params, C: int, num_heads: int, causal: bool, dtype):
                          f"{tuple(W_u.shape)}; expected ({C}, {C})")
     H = params["mlp.W1"].shape[-1] if getattr(params.get("mlp.W1"), "ndim", 0) == 2 else "H"
     h = num_heads
-    spec = {"ln1.gamma": ((C,), True), "ln1.beta": ((C,), True),
+    spec = {"ln1.gamma": ((C,), True), "ln1.beta": ((C,), False),
             "tssa.W_u": ((C, C), True), "tssa.b_u": ((C,), False),
             "tssa.temp": ((h, 1), True),
             "tssa.W_o": ((C, C), True), "tssa.b_o": ((C,), False),
             "tssa.denom_bias": ((h, "max_len", 1), causal),
-            "ls1.gamma": ((C,), True), "ln2.gamma": ((C,), True), "ln2.beta": ((C,), True),
+            "ls1.gamma": ((C,), True), "ln2.gamma": ((C,), True), "ln2.beta": ((C,), False),
             "mlp.W1": ((C, H), True), "mlp.b1": ((H,), False),
             "mlp.W2": ((H, C), True), "mlp.b2": ((C,), False), "ls2.gamma": ((C,), True)}
     check_params(params, spec, dtype)
@@ -52,8 +52,9 @@ def _split(params, C: int, num_heads: int, causal: bool, dtype):
 
 
 def tost_block_forward(x, params, num_heads: int, causal: bool = False,
-                       ln_eps: float = LN_EPS):
-    """ToST block. x: (B, N, C) -> y: (B, N, C); returns (y, cache).
+                       ln_eps: float = LN_EPS, gelu: str = "tanh"):
+    """ToST block. x: (B, N, C) -> y: (B, N, C); returns (y, cache). ``gelu``: the MLP's GELU,
+    "tanh" or "erf" (exact, as in the published models).
 
     cache["Pi"] is the TSSA membership (B, h, N); for ``causal=True`` cache["decode_state"]
     holds the prefix statistics after the last token (to continue with the decoder).
@@ -61,12 +62,12 @@ def tost_block_forward(x, params, num_heads: int, causal: bool = False,
     check_array(x, "x", ndim=3, shape_desc="(B, N, C)")
     C = x.shape[-1]
     tssa_p, mlp_p = _split(params, C, num_heads, causal, x.dtype)
-    a, c_ln1 = layer_norm_forward(x, params["ln1.gamma"], params["ln1.beta"], eps=ln_eps)
+    a, c_ln1 = layer_norm_forward(x, params["ln1.gamma"], params.get("ln1.beta"), eps=ln_eps)
     t, c_tssa = tssa_forward(a, tssa_p, num_heads, causal=causal)            # (B, N, C)
     t, c_ls1 = layer_scale_forward(t, params["ls1.gamma"])
     x1 = x + t                                                               # (B, N, C)
-    b, c_ln2 = layer_norm_forward(x1, params["ln2.gamma"], params["ln2.beta"], eps=ln_eps)
-    m, c_mlp = mlp_forward(b, mlp_p)                                         # (B, N, C)
+    b, c_ln2 = layer_norm_forward(x1, params["ln2.gamma"], params.get("ln2.beta"), eps=ln_eps)
+    m, c_mlp = mlp_forward(b, mlp_p, gelu=gelu)                              # (B, N, C)
     m, c_ls2 = layer_scale_forward(m, params["ls2.gamma"])
     y = x1 + m                                                               # (B, N, C)
     cache = {"ln1": c_ln1, "tssa": c_tssa, "ls1": c_ls1, "ln2": c_ln2, "mlp": c_mlp,
@@ -87,25 +88,25 @@ def tost_block_backward(dy, cache):
     db, g = mlp_backward(dm, cache["mlp"])
     grads.update(prefixed(g, "mlp"))
     dx1, g = layer_norm_backward(db, cache["ln2"])
-    grads["ln2.gamma"], grads["ln2.beta"] = g["gamma"], g["beta"]
+    grads.update(prefixed(g, "ln2"))
     dx1 = dx1 + dy                                                           # residual 2
     dt, g = layer_scale_backward(dx1, cache["ls1"])
     grads["ls1.gamma"] = g["gamma"]
     da, g = tssa_backward(dt, cache["tssa"])
     grads.update(prefixed(g, "tssa"))
     dx, g = layer_norm_backward(da, cache["ln1"])
-    grads["ln1.gamma"], grads["ln1.beta"] = g["gamma"], g["beta"]
+    grads.update(prefixed(g, "ln1"))
     return dx + dx1, grads                                                   # residual 1
 
 
 def tost_block_init(rng, xp, C: int, num_heads: int, *, causal: bool = False,
                     max_len: int | None = None, bias: bool = True, layer_scale_init: float = 1.0,
                     mlp_ratio: int = 4, dtype, device=None, std: float = 0.02,
-                    std_out: float | None = None):
-    """Parameters of one block: LayerNorms (gamma 1, beta 0), TSSA (:func:`tssa_init`),
-    MLP weights N(0, std^2) with H = mlp_ratio * C, biases 0 (if ``bias``), LayerScale
-    gammas = ``layer_scale_init``. The two output projections (TSSA W_o, MLP W2) are drawn
-    with ``std_out`` (default ``std``)."""
+                    std_out: float | None = None, ln_bias: bool = True):
+    """Parameters of one block: LayerNorms (gamma 1, beta 0 if ``ln_bias``), TSSA
+    (:func:`tssa_init`), MLP weights N(0, std^2) with H = mlp_ratio * C, biases 0 (if ``bias``),
+    LayerScale gammas = ``layer_scale_init``. The two output projections (TSSA W_o, MLP W2) are
+    drawn with ``std_out`` (default ``std``)."""
     std_out = std if std_out is None else std_out
     tssa = tssa_init(rng, xp, C, num_heads, causal=causal, max_len=max_len, bias=bias,
                      dtype=dtype, device=device, std=std, std_out=std_out)
@@ -117,7 +118,9 @@ def tost_block_init(rng, xp, C: int, num_heads: int, *, causal: bool = False,
     params = {"ln1.gamma": ones(C), "ln1.beta": zeros(C)}
     params.update(prefixed(tssa, "tssa"))
     params["ls1.gamma"] = float(layer_scale_init) * ones(C)
-    params.update({"ln2.gamma": ones(C), "ln2.beta": zeros(C)})
+    params["ln2.gamma"] = ones(C)
+    if ln_bias:
+        params["ln2.beta"] = zeros(C)
     params["mlp.W1"] = rng.normal(xp, (C, H), dtype, std=std, device=device)
     if bias:
         params["mlp.b1"] = zeros(H)
@@ -134,7 +137,7 @@ def tost_block_decode_init(batch: int, params, num_heads: int):
 
 
 def tost_block_decode_step(state, x_t, params, num_heads: int, t: int,
-                           ln_eps: float = LN_EPS):
+                           ln_eps: float = LN_EPS, gelu: str = "tanh"):
     """One token through a causal block. x_t: (B, C) at position t -> (y_t (B, C), new state).
 
     Equals row t of ``tost_block_forward(x, params, num_heads, causal=True, ln_eps=ln_eps)``.
@@ -144,9 +147,9 @@ def tost_block_decode_step(state, x_t, params, num_heads: int, t: int,
     check_array(x_t, "x_t", ndim=2, shape_desc="(B, C)")
     C = x_t.shape[-1]
     tssa_p, mlp_p = _split(params, C, num_heads, True, x_t.dtype)
-    a, _ = layer_norm_forward(x_t, params["ln1.gamma"], params["ln1.beta"], eps=ln_eps)
+    a, _ = layer_norm_forward(x_t, params["ln1.gamma"], params.get("ln1.beta"), eps=ln_eps)
     u, st = tssa_decode_step(state["tssa"], a, tssa_p, num_heads, t)         # (B, C)
     x1 = x_t + u * params["ls1.gamma"]                                       # (B, C)
-    b, _ = layer_norm_forward(x1, params["ln2.gamma"], params["ln2.beta"], eps=ln_eps)
-    m, _ = mlp_forward(b, mlp_p)                                             # (B, C)
+    b, _ = layer_norm_forward(x1, params["ln2.gamma"], params.get("ln2.beta"), eps=ln_eps)
+    m, _ = mlp_forward(b, mlp_p, gelu=gelu)                                  # (B, C)
     return x1 + m * params["ls2.gamma"], {"tssa": st}

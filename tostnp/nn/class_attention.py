@@ -1,13 +1,9 @@
 """Class attention (CaiT / XCiT): the CLS token is the only query, so pooling is O(N C).
 
-:func:`class_attention_forward` is the attention itself; :func:`class_attention_block_forward`
-is the pre-LN residual block that the vision model stacks on top of the ToST blocks::
-
-    u   = LN1([cls; tokens])                                        # (B, 1+N, C)
-    cls = cls + gamma1 * ClassAttention(u)                          # (B, 1, C)
-    cls = cls + gamma2 * MLP(LN2(cls))
-
-Only the CLS token is updated (CaiT's variant). Block parameters (keys relative to the block):
+:func:`class_attention_block_forward` is the residual block that the vision model stacks on top
+of the ToST blocks, in two forms: "published" -- XCiT's block with ``tokens_norm=True``, as in
+the published ToST models (the patch tokens are re-normalised and passed on) -- and "cls-only",
+CaiT's variant that updates the class token alone. Block parameters (keys relative to the block):
 "norm1.gamma", "norm1.beta", "attn.W_q", "attn.b_q", "attn.W_kv", "attn.b_kv", "attn.W_o",
 "attn.b_o", "ls1.gamma", "norm2.gamma", "norm2.beta", "mlp.W1", "mlp.b1", "mlp.W2", "mlp.b2",
 "ls2.gamma". Shapes: B batch, N patch tokens, C width, h heads, p = C / h.
@@ -98,36 +94,79 @@ def class_attention_block_init(rng, xp, C: int, *, mlp_ratio: int, layer_scale_i
     }
 
 
-def class_attention_block_forward(cls, tokens, params, num_heads: int, ln_eps: float):
-    """cls (B, 1, C), tokens (B, N, C) -> (new cls (B, 1, C), cache)."""
+def class_attention_block_forward(cls, tokens, params, num_heads: int, ln_eps: float, *,
+                                  form: str = "published", gelu: str = "tanh"):
+    """cls (B, 1, C), tokens (B, N, C) -> (new cls (B, 1, C), new tokens (B, N, C), cache).
+
+    form "published" (XCiT with tokens_norm=True, the block of the published ToST models,
+    tost-math §8)::
+
+        u = [cls; tokens],   un = LN1(u)                                   # (B, 1+N, C)
+        x = u + gamma1 * [ClassAttention(un); un_patches]                  # patches re-normalised
+        y = LN2(x)                                                         # all tokens
+        out = y + [gamma2 * MLP(y_cls); y_patches]
+
+    so the class token becomes LN2(c) + gamma2 MLP(LN2(c)) with c = cls + gamma1 CA, and each
+    patch token 2 LN2(t + gamma1 LN1(t)) -- the next block sees those patch tokens.
+
+    form "cls-only" (CaiT's block): cls + gamma1 CA(LN1(u)), then cls + gamma2 MLP(LN2(cls));
+    the patch tokens pass unchanged. ``gelu``: the MLP's GELU ("tanh" or "erf").
+    """
+    if form not in ("published", "cls-only"):
+        raise ValueError(f"form must be 'published' or 'cls-only', got {form!r}")
     xp = backend.namespace(tokens)
     p = params
     u = xp.concat([cls, tokens], axis=1)                                   # (B, 1+N, C)
     un, c_n1 = L.layer_norm_forward(u, p["norm1.gamma"], p["norm1.beta"], ln_eps)
     a, c_att = class_attention_forward(un, sub(p, "attn"), num_heads)      # (B, 1, C)
-    a, c_ls1 = L.layer_scale_forward(a, p["ls1.gamma"])
-    cls = cls + a                                                          # (B, 1, C)
-    hn, c_n2 = L.layer_norm_forward(cls, p["norm2.gamma"], p["norm2.beta"], ln_eps)
-    m, c_mlp = L.mlp_forward(hn, sub(p, "mlp"))
+    if form == "published":
+        z, c_ls1 = L.layer_scale_forward(xp.concat([a, un[:, 1:, :]], axis=1), p["ls1.gamma"])
+        y, c_n2 = L.layer_norm_forward(u + z, p["norm2.gamma"], p["norm2.beta"], ln_eps)
+        hn, new_tokens = y[:, :1, :], 2.0 * y[:, 1:, :]                    # (B, 1, C), (B, N, C)
+        res = hn
+    else:
+        a, c_ls1 = L.layer_scale_forward(a, p["ls1.gamma"])
+        res = cls + a                                                      # (B, 1, C)
+        hn, c_n2 = L.layer_norm_forward(res, p["norm2.gamma"], p["norm2.beta"], ln_eps)
+        new_tokens = tokens
+    m, c_mlp = L.mlp_forward(hn, sub(p, "mlp"), gelu=gelu)                 # (B, 1, C)
     m, c_ls2 = L.layer_scale_forward(m, p["ls2.gamma"])
-    return cls + m, (c_n1, c_att, c_ls1, c_n2, c_mlp, c_ls2)
+    cache = (form, c_n1, c_att, c_ls1, c_n2, c_mlp, c_ls2, tuple(tokens.shape))
+    return res + m, new_tokens, cache
 
 
-def class_attention_block_backward(dcls, cache):
-    """dcls (B, 1, C) -> (dcls_in (B, 1, C), dtokens (B, N, C), grads with the block's keys)."""
-    c_n1, c_att, c_ls1, c_n2, c_mlp, c_ls2 = cache
+def class_attention_block_backward(dcls, dtokens, cache):
+    """dcls (B, 1, C), dtokens (B, N, C) or None (when the block's output tokens are unused)
+    -> (dcls_in (B, 1, C), dtokens_in (B, N, C), grads with the block's keys)."""
+    form, c_n1, c_att, c_ls1, c_n2, c_mlp, c_ls2, tok_shape = cache
+    xp = backend.namespace(dcls)
     g = {}
     dm, gg = L.layer_scale_backward(dcls, c_ls2)
     g["ls2.gamma"] = gg["gamma"]
     dhn, gg = L.mlp_backward(dm, c_mlp)
     g.update(prefixed(gg, "mlp"))
-    dc, gg = L.layer_norm_backward(dhn, c_n2)
-    g["norm2.gamma"], g["norm2.beta"] = gg["gamma"], gg["beta"]
-    dcls = dcls + dc                                                       # residual 2
-    da, gg = L.layer_scale_backward(dcls, c_ls1)
-    g["ls1.gamma"] = gg["gamma"]
-    dun, gg = class_attention_backward(da, c_att)
+    if form == "published":
+        dy_cls = dhn + dcls                                                # (B, 1, C)
+        dy_tok = (xp.zeros(tok_shape, dtype=dcls.dtype, device=backend.device_of(dcls))
+                  if dtokens is None else 2.0 * dtokens)
+        dx, gg = L.layer_norm_backward(xp.concat([dy_cls, dy_tok], axis=1), c_n2)
+        g["norm2.gamma"], g["norm2.beta"] = gg["gamma"], gg["beta"]
+        dz, gg = L.layer_scale_backward(dx, c_ls1)                         # x = u + z
+        g["ls1.gamma"] = gg["gamma"]
+        dun, gg = class_attention_backward(dz[:, :1, :], c_att)            # (B, 1+N, C)
+        dun = dun + xp.concat([xp.zeros_like(dz[:, :1, :]), dz[:, 1:, :]], axis=1)
+        du_res = dx                                                        # residual
+    else:
+        dc, gg = L.layer_norm_backward(dhn, c_n2)
+        g["norm2.gamma"], g["norm2.beta"] = gg["gamma"], gg["beta"]
+        dres = dcls + dc                                                   # residual 2
+        da, gg = L.layer_scale_backward(dres, c_ls1)
+        g["ls1.gamma"] = gg["gamma"]
+        dun, gg = class_attention_backward(da, c_att)
+        zeros = xp.zeros(tok_shape, dtype=dcls.dtype, device=backend.device_of(dcls))
+        du_res = xp.concat([dres, zeros if dtokens is None else dtokens], axis=1)  # residual 1
     g.update(prefixed(gg, "attn"))
     du, gg = L.layer_norm_backward(dun, c_n1)
     g["norm1.gamma"], g["norm1.beta"] = gg["gamma"], gg["beta"]
-    return dcls + du[:, :1, :], du[:, 1:, :], g                            # residual 1
+    du = du + du_res
+    return du[:, :1, :], du[:, 1:, :], g

@@ -62,7 +62,8 @@ def conv_stem_forward(images, params: dict, patch_size: int, *, train: bool,
     ("0.bn.running_mean", ...); an empty dict in evaluation mode. ``cache["grid"]`` = (Hp, Wp).
     """
     xp = backend.namespace(images)
-    k = len(stem_channels(images.shape[-1], 2, patch_size)) - 1   # number of stages
+    stem_channels(images.shape[-1], patch_size, patch_size)      # checks the patch size
+    k = int(round(math.log2(patch_size)))                         # number of stages
     gelu_fwd, gelu_bwd = GELUS[gelu]
     x, caches, new_state = images, [], {}
     for s in range(k):
