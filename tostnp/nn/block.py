@@ -115,7 +115,9 @@ def tost_block_init(rng, xp, C: int, num_heads: int, *, causal: bool = False,
     H = mlp_ratio * C
     ones = lambda n: xp.ones((n,), dtype=dtype, device=device)
     zeros = lambda n: xp.zeros((n,), dtype=dtype, device=device)
-    params = {"ln1.gamma": ones(C), "ln1.beta": zeros(C)}
+    params = {"ln1.gamma": ones(C)}
+    if ln_bias:
+        params["ln1.beta"] = zeros(C)
     params.update(prefixed(tssa, "tssa"))
     params["ls1.gamma"] = float(layer_scale_init) * ones(C)
     params["ln2.gamma"] = ones(C)
