@@ -8,7 +8,7 @@ from tostnp.__main__ import main
 
 TINY_V = ["--width", "8", "--depth", "1", "--heads", "2", "--no-progress"]
 TINY_LM = ["--width", "8", "--depth", "1", "--heads", "2", "--block-size", "16",
-           "--batch-size", "4", "--no-progress"]
+           "--batch-size", "4", "--no-progress", "--word-rate-samples", "0"]
 
 
 @pytest.mark.slow
@@ -47,7 +47,8 @@ def test_lm_train_sample_resume(tmp_path, capsys):
     assert main(["sample", "--checkpoint", out, "--prompt", "hel", "--length", "12",
                  "--seed", "1"]) == 0
     assert capsys.readouterr().out == s1                     # seeded
-    assert main(["evaluate", "--checkpoint", out, "--batches", "2"]) == 0
+    assert main(["evaluate", "--checkpoint", out, "--batches", "2",
+                 "--word-rate-samples", "0"]) == 0
     assert main(["sample", "--checkpoint", out, "--prompt", "Z"]) == 2  # not in vocabulary
     assert "not in the tokenizer" in capsys.readouterr().err
 
@@ -82,3 +83,53 @@ def test_missing_data_is_a_clear_error(tmp_path, capsys):
     assert main(["train", "lm", "--text", str(tmp_path / "none.txt"), "--out",
                  str(tmp_path)]) == 2
     assert "does not exist" in capsys.readouterr().err
+
+
+def test_train_over_seeds_summary(tmp_path, capsys):
+    import json
+    import statistics
+    out = str(tmp_path / "v")
+    assert main(["train", "vision", "--steps", "3", "--batch-size", "32", "--out", out,
+                 "--seeds", "0,2"] + TINY_V) == 0
+    text = capsys.readouterr().out
+    assert "test accuracy over 2 seeds (0,2):" in text and "mean ± sd" in text
+    with open(os.path.join(out, "seeds.json")) as f:
+        summary = json.load(f)
+    assert summary["seeds"] == [0, 2]
+    accs = []
+    for seed, run in zip([0, 2], summary["runs"]):     # each seed is a full run of its own
+        with open(os.path.join(out, f"seed-{seed}", "result.json")) as f:
+            res = json.load(f)
+        assert res["seed"] == seed and res["test_acc"] == run["test_acc"]
+        assert 0 < res["val_acc"] <= 1 and res["train_cpu_s"] > 0
+        accs.append(res["test_acc"])
+    assert summary["mean"]["test_acc"] == pytest.approx(statistics.mean(accs))
+    assert summary["std"]["test_acc"] == pytest.approx(statistics.stdev(accs))
+    # the validation set is held out of the training images: evaluate reports both
+    assert main(["evaluate", "--checkpoint", os.path.join(out, "seed-2")]) == 0
+    assert "validation accuracy" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("bad", ["3-1", "x", "-2"])
+def test_bad_seeds_are_a_clear_error(tmp_path, capsys, bad):
+    assert main(["train", "vision", "--seeds", bad, "--out", str(tmp_path)]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: --seeds") and "Traceback" not in err
+
+
+def test_lm_reports_word_rate(tmp_path, capsys):
+    import json
+    text_file = tmp_path / "t.txt"
+    text_file.write_text("hello world, hello tokens. " * 40)
+    out = str(tmp_path / "lm")
+    assert main(["train", "lm", "--text", str(text_file), "--steps", "2", "--out", out]
+                + TINY_LM[:-1] + ["1"]) == 0
+    assert "word rate" in capsys.readouterr().out     # 1 sample: prompt 'h' (no 'T' in the text)
+    with open(os.path.join(out, "result.json")) as f:
+        assert 0.0 <= json.load(f)["word_rate"] <= 1.0
+    assert main(["evaluate", "--checkpoint", out, "--batches", "1",
+                 "--word-rate-samples", "-1"]) == 2
+    assert "--word-rate-samples" in capsys.readouterr().err
+    assert main(["sample", "--checkpoint", out, "--prompt", "hel", "--length", "30"]) == 0
+    captured = capsys.readouterr()
+    assert captured.err.startswith("word rate") and "word rate" not in captured.out

@@ -293,3 +293,25 @@ def test_unigram_baseline_against_counts():
     assert uni["bits"] == pytest.approx(2.0, rel=1e-12)
     with pytest.raises(ValueError, match="vocab_size"):
         unigram_bits_per_char(tr, va, vocab_size=3)
+
+
+# --- validation split -----------------------------------------------------------------------
+def test_split_validation_is_a_seeded_stratified_partition():
+    from tostnp.data import split_validation, stratified_split
+    y = np.repeat(np.arange(4), [10, 20, 31, 7])
+    X = np.arange(y.size, dtype=np.float32)[:, None]          # row i holds i: track the rows
+    Xf, yf, Xv, yv = split_validation(X, y, 0.2, seed=3)
+    # a partition of the rows, labels kept with their rows
+    assert sorted(np.concatenate([Xf, Xv])[:, 0].tolist()) == list(range(y.size))
+    np.testing.assert_array_equal(y[Xv[:, 0].astype(int)], yv)
+    # stratified: each class loses round(0.2 * n_c)
+    assert [int((yv == c).sum()) for c in range(4)] == [2, 4, 6, 1]
+    again = split_validation(X, y, 0.2, seed=3)
+    np.testing.assert_array_equal(again[2], Xv)
+    assert not np.array_equal(split_validation(X, y, 0.2, seed=4)[2], Xv)
+    # the validation stream differs from stratified_split with the bare run seed
+    assert not np.array_equal(stratified_split(y, 0.2, 3)[1], np.sort(Xv[:, 0]).astype(int))
+    with pytest.raises(ValueError, match="fraction"):
+        split_validation(X, y, 1.0, seed=0)
+    with pytest.raises(ValueError, match="empty"):
+        split_validation(X[:3], np.array([0, 1, 2]), 0.1, seed=0)

@@ -9,6 +9,8 @@ Vision loaders return ``(X_train, y_train, X_test, y_test)`` with images channel
 
 * :func:`load_digits_split` -- scikit-learn's bundled 8x8 digits (1797 images, no download),
   with a fixed, stratified train/test split.
+* :func:`split_validation` -- a seeded, stratified validation set held out of the training
+  images (settings are chosen on it; the test set is only reported).
 * :func:`load_mnist` -- the four IDX files of MNIST (or Fashion-MNIST) from a directory you
   downloaded them to, optionally gzipped.
 * :func:`load_cifar10` -- the *binary* version of CIFAR-10 (``cifar-10-batches-bin``).
@@ -30,22 +32,45 @@ import numpy as np
 from .backend import RNG
 
 __all__ = [
-    "load_digits_split", "load_mnist", "load_cifar10", "read_idx", "load_vision_data",
-    "load_text", "CharTokenizer", "train_val_split", "load_lm_text",
-    "iterate_minibatches", "random_shift", "sample_lm_batch", "unigram_bits_per_char",
+    "load_digits_split", "stratified_split", "split_validation", "load_mnist", "load_cifar10",
+    "read_idx", "load_vision_data", "load_text", "CharTokenizer", "tokenizer_from_dict",
+    "train_val_split", "load_lm_text", "iterate_minibatches", "random_shift", "sample_lm_batch",
+    "unigram_bits_per_char",
 ]
 
 
 # --------------------------------------------------------------------------------------------
 # Vision
 # --------------------------------------------------------------------------------------------
-def load_digits_split(seed: int = 0, test_fraction: float = 0.25):
-    """scikit-learn's 8x8 digits with a fixed stratified split.
+def stratified_split(y, fraction: float, seed: int):
+    """Indices of a seeded split that keeps each class's share: ``(keep_idx, held_idx)``.
 
-    Each class's indices are permuted with ``RNG(seed)`` (classes in increasing order) and
-    ``round(test_fraction * n_class)`` of them go to the test set, so the split depends only on
-    ``seed`` and ``test_fraction`` (not on the scikit-learn version). Both sets are returned in
-    increasing original-index order.
+    y: (n,) integer labels. Each class's indices (classes in increasing order) are permuted with
+    ``RNG(seed)`` and ``round(fraction * n_class)`` of them are held out, so the split depends
+    only on the labels, ``seed`` and ``fraction``. Both index arrays are sorted.
+    """
+    fraction = float(fraction)
+    if not 0.0 < fraction < 1.0:
+        raise ValueError(f"fraction must be in (0, 1), got {fraction}")
+    y = np.asarray(y)
+    rng = RNG(seed)
+    held = []
+    for c in np.unique(y):
+        idx = np.flatnonzero(y == c)
+        perm = idx[rng.permutation(idx.size)]
+        held.append(perm[:int(round(fraction * idx.size))])
+    held_idx = np.sort(np.concatenate(held))
+    is_held = np.zeros(y.size, dtype=bool)
+    is_held[held_idx] = True
+    return np.flatnonzero(~is_held), held_idx
+
+
+def load_digits_split(seed: int = 0, test_fraction: float = 0.25):
+    """scikit-learn's 8x8 digits with a fixed stratified train/test split.
+
+    The test set is :func:`stratified_split` of the labels with ``test_fraction`` and ``seed``,
+    so it depends only on ``seed`` and ``test_fraction`` (not on the scikit-learn version).
+    Both sets are returned in increasing original-index order.
 
     Returns ``X_train (n_train, 8, 8, 1)`` float32 in [0, 1] (pixel / 16), ``y_train (n_train,)``
     int64, ``X_test``, ``y_test``.
@@ -57,17 +82,27 @@ def load_digits_split(seed: int = 0, test_fraction: float = 0.25):
     d = load_digits()
     X = (np.asarray(d.data, dtype=np.float64) / 16.0).astype(np.float32).reshape(-1, 8, 8, 1)
     y = np.asarray(d.target, dtype=np.int64)
-    rng = RNG(seed)
-    test_idx = []
-    for c in np.unique(y):
-        idx = np.flatnonzero(y == c)
-        perm = idx[rng.permutation(idx.size)]
-        n_test = int(round(test_fraction * idx.size))
-        test_idx.append(perm[:n_test])
-    test_idx = np.sort(np.concatenate(test_idx))
-    is_test = np.zeros(y.size, dtype=bool)
-    is_test[test_idx] = True
-    return X[~is_test], y[~is_test], X[is_test], y[is_test]
+    train_idx, test_idx = stratified_split(y, test_fraction, seed)
+    return X[train_idx], y[train_idx], X[test_idx], y[test_idx]
+
+
+def split_validation(X, y, val_fraction: float, seed: int):
+    """Hold a validation set out of the training images: ``(X_fit, y_fit, X_val, y_val)``.
+
+    Stratified by class and seeded (:func:`stratified_split` with ``RNG(VAL_SEED_OFFSET +
+    seed)``, a stream apart from the init and data-order streams of the same run seed). The
+    validation set chooses settings; the test set is only reported.
+    """
+    if len(X) != len(y):
+        raise ValueError(f"X has {len(X)} examples but y has {len(y)}")
+    fit_idx, val_idx = stratified_split(y, val_fraction, VAL_SEED_OFFSET + int(seed))
+    if val_idx.size == 0 or fit_idx.size == 0:
+        raise ValueError(f"val_fraction {val_fraction} leaves an empty split of {len(y)} "
+                         f"training images")
+    return X[fit_idx], y[fit_idx], X[val_idx], y[val_idx]
+
+
+VAL_SEED_OFFSET = 20_000
 
 
 def _read_bytes(path: str) -> bytes:
@@ -251,6 +286,7 @@ class CharTokenizer:
         self.chars = "".join(sorted(set(text)))
         self._ords = np.array([ord(c) for c in self.chars], dtype=np.int64)  # sorted
         self.stoi = {c: i for i, c in enumerate(self.chars)}
+        self.token_lengths = np.ones(len(self.chars), dtype=np.int64)  # each id is 1 character
 
     @property
     def vocab_size(self) -> int:
@@ -291,6 +327,14 @@ class CharTokenizer:
         return tok
 
 
+def tokenizer_from_dict(d: dict):
+    """A tokenizer from its ``to_dict()``: :class:`CharTokenizer` or :class:`tostnp.bpe.BPETokenizer`."""
+    if isinstance(d, dict) and d.get("type") == "bpe":
+        from .bpe import BPETokenizer
+        return BPETokenizer.from_dict(d)
+    return CharTokenizer.from_dict(d)
+
+
 def train_val_split(ids, val_fraction: float = 0.1):
     """Fixed split of a token sequence: the first part trains, the last ``val_fraction`` validates.
 
@@ -309,13 +353,28 @@ def train_val_split(ids, val_fraction: float = 0.1):
     return ids[:-n_val], ids[-n_val:]
 
 
-def load_lm_text(path: str | None = None, val_fraction: float = 0.1, tokenizer=None):
-    """-> (train_ids, val_ids, tokenizer): the corpus at ``path`` (default corpus if None),
-    character-tokenised (with ``tokenizer`` if given, e.g. from a checkpoint)."""
+def load_lm_text(path: str | None = None, val_fraction: float = 0.1, tokenizer=None,
+                 kind: str = "char", vocab_size: int | None = None):
+    """-> (train_ids, val_ids, tokenizer) for the corpus at ``path`` (default corpus if None).
+
+    The last ``val_fraction`` of the characters validate, the rest train. ``tokenizer`` (e.g.
+    from a checkpoint) encodes both; otherwise a new one of ``kind`` "char" (every character
+    a token) or "bpe" (:class:`tostnp.bpe.BPETokenizer` with ``vocab_size`` symbols, its merges
+    learnt on the training characters only).
+    """
     text = load_text(path)
-    tok = CharTokenizer(text) if tokenizer is None else tokenizer
-    train_ids, val_ids = train_val_split(tok.encode(text), val_fraction)
-    return train_ids, val_ids, tok
+    n_val = len(train_val_split(np.arange(len(text)), val_fraction)[1])
+    train_text, val_text = text[:-n_val], text[-n_val:]
+    if tokenizer is not None:
+        tok = tokenizer
+    elif kind == "char":
+        tok = CharTokenizer(text)
+    elif kind == "bpe":
+        from .bpe import BPETokenizer
+        tok = BPETokenizer.train(train_text, vocab_size, alphabet=val_text)
+    else:
+        raise ValueError(f"tokenizer must be 'char' or 'bpe', got {kind!r}")
+    return tok.encode(train_text), tok.encode(val_text), tok
 
 
 # --------------------------------------------------------------------------------------------
@@ -366,13 +425,15 @@ def sample_lm_batch(ids, batch_size: int, block_len: int, rng: RNG):
     return ids[pos].astype(np.int64), ids[pos + 1].astype(np.int64)
 
 
-def unigram_bits_per_char(train_ids, val_ids, vocab_size: int | None = None) -> dict:
+def unigram_bits_per_char(train_ids, val_ids, vocab_size: int | None = None,
+                          token_lengths=None) -> dict:
     """Baseline for a language model: validation cross-entropy under the training unigram.
 
     p(c) = (count_train(c) + 1) / (n_train + V) (add-one smoothing over V symbols, V =
     ``vocab_size`` or 1 + the largest id seen). Returns ``{"nats": H, "bits": H / ln 2}`` with
-    H = -mean over the validation ids of log p(id). A model that beats this has learnt more
-    than character frequencies.
+    H = -sum over the validation ids of log p(id), divided by the number of characters they
+    spell (``token_lengths[id]`` each; 1 for a character tokenizer): nats per character. A
+    model that beats this has learnt more than symbol frequencies.
     """
     train_ids = np.asarray(train_ids).reshape(-1)
     val_ids = np.asarray(val_ids).reshape(-1)
@@ -383,7 +444,9 @@ def unigram_bits_per_char(train_ids, val_ids, vocab_size: int | None = None) -> 
         raise ValueError(f"ids must lie in [0, vocab_size={V})")
     counts = np.bincount(train_ids, minlength=V).astype(np.float64)
     logp = np.log(counts + 1.0) - np.log(train_ids.size + V)
-    nats = float(-logp[val_ids].mean())
+    n_chars = val_ids.size if token_lengths is None else \
+        int(np.asarray(token_lengths)[val_ids].sum())
+    nats = float(-logp[val_ids].sum() / n_chars)
     return {"nats": nats, "bits": nats / math.log(2.0)}
 
 

@@ -29,12 +29,18 @@ __all__ = ["VisionTask", "LMTask"]
 
 
 class VisionTask:
+    """Image classification. ``data = (X_train, y_train, X_test, y_test)``; with ``val=(X_val,
+    y_val)`` (held out of the training images, see :func:`tostnp.data.split_validation`) the
+    periodic evaluation uses the validation set and the test set is left to
+    :meth:`evaluate_test`, called once at the end; without it, both are the test set.
+    """
     kind = "vision"
 
     def __init__(self, cfg, data, *, batch_size, seed=0, augment_shift=0, xp=None, device=None,
-                 dtype=None, data_name="digits", eval_batch_size=500, extra_meta=None):
+                 dtype=None, data_name="digits", eval_batch_size=500, extra_meta=None, val=None):
         self.cfg = cfg
         self.X_train, self.y_train, self.X_test, self.y_test = data
+        self.val = None if val is None else (val[0], val[1])
         if tuple(self.X_train.shape[1:]) != (cfg.image_size, cfg.image_size, cfg.in_chans):
             raise ValueError(f"the {data_name} images have shape {self.X_train.shape[1:]}, but "
                              f"the config expects ({cfg.image_size}, {cfg.image_size}, "
@@ -85,17 +91,26 @@ class VisionTask:
         return loss, grads, {"acc": acc}
 
     def evaluate(self, params) -> dict:
-        """Loss and accuracy on the whole test set."""
+        """Loss and accuracy on the validation set (``val_*``), or the test set without one."""
+        if self.val is None:
+            return self.evaluate_test(params)
+        return self._evaluate_on(params, *self.val, "val")
+
+    def evaluate_test(self, params) -> dict:
+        """Loss and accuracy on the whole test set (``test_loss``, ``test_acc``)."""
+        return self._evaluate_on(params, self.X_test, self.y_test, "test")
+
+    def _evaluate_on(self, params, X_all, y_all, name) -> dict:
         xp = self.xp
-        tot_loss, correct, n = 0.0, 0, len(self.X_test)
-        for Xb, yb in iterate_minibatches(self.X_test, self.y_test, self.eval_batch_size, None,
+        tot_loss, correct, n = 0.0, 0, len(X_all)
+        for Xb, yb in iterate_minibatches(X_all, y_all, self.eval_batch_size, None,
                                           shuffle=False):
             X, y = self._to_device(Xb, yb)
             logits, _ = vision_forward(X, params, self.cfg)
             loss, _ = softmax_cross_entropy_forward(logits, y)
             tot_loss += float(loss) * y.shape[0]
             correct += int(xp.sum(xp.astype(xp.argmax(logits, axis=-1) == y, xp.int64)))
-        return {"test_loss": tot_loss / n, "test_acc": correct / n}
+        return {f"{name}_loss": tot_loss / n, f"{name}_acc": correct / n}
 
     def data_state(self):
         return {"rng": self.rng.get_state(), "pos": self.pos}, {"perm": self.perm}
@@ -127,7 +142,9 @@ class LMTask:
         self.rng = backend.RNG(seed + 1)
         self.seed = seed
         self.extra_meta = dict(extra_meta or {})
-        self.unigram = unigram_bits_per_char(train_ids, val_ids, cfg.vocab_size)
+        self.token_lengths = np.asarray(tokenizer.token_lengths)     # (V,) characters per id
+        self.unigram = unigram_bits_per_char(train_ids, val_ids, cfg.vocab_size,
+                                             self.token_lengths)
 
     def init_params(self, rng):
         return lm_init(self.cfg, rng, self.xp, self.dtype, self.device)
@@ -147,17 +164,24 @@ class LMTask:
         return loss, grads, {}
 
     def evaluate(self, params) -> dict:
-        """Mean loss over ``eval_batches`` fixed validation windows (same windows every time)."""
+        """Loss over ``eval_batches`` fixed validation windows (same windows every time).
+
+        ``val_loss``: nats per token; ``val_bpc``: bits per character, the summed loss divided
+        by the number of characters the target tokens spell (the same for any tokenizer).
+        """
         rng = backend.RNG(10_000 + self.seed)
         T = min(self.cfg.block_size, len(self.val_ids) - 1)
-        tot = 0.0
+        nats = 0.0
+        tokens = chars = 0
         for _ in range(self.eval_batches):
-            x, y = self._to_device(*sample_lm_batch(self.val_ids, self.batch_size, T, rng))
+            x_host, y_host = sample_lm_batch(self.val_ids, self.batch_size, T, rng)
+            x, y = self._to_device(x_host, y_host)
             logits, _ = lm_forward(x, params, self.cfg)
-            loss, _ = softmax_cross_entropy_forward(logits, y)
-            tot += float(loss)
-        val = tot / self.eval_batches
-        return {"val_loss": val, "val_bpc": val / math.log(2.0)}
+            loss, _ = softmax_cross_entropy_forward(logits, y)      # mean over B*T tokens
+            nats += float(loss) * y_host.size
+            tokens += y_host.size
+            chars += int(self.token_lengths[y_host].sum())
+        return {"val_loss": nats / tokens, "val_bpc": nats / chars / math.log(2.0)}
 
     def data_state(self):
         return {"rng": self.rng.get_state()}, {}

@@ -18,3 +18,13 @@ def get_xp_or_exit(device: str):
     except RuntimeError as e:
         print(f"error: {e}", file=sys.stderr)
         return None
+
+
+def lm_training_text(config: dict, tokenizer, text_path: str | None = None) -> str:
+    """The training part of the text an LM checkpoint was trained on (for the word rate).
+
+    ``text_path`` overrides the recorded path (None: as recorded; the default corpus if none).
+    """
+    from ..data import load_lm_text
+    train_ids, _, _ = load_lm_text(text_path or config.get("text_path"), tokenizer=tokenizer)
+    return tokenizer.decode(train_ids)

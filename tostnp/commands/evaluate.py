@@ -23,6 +23,9 @@ def add_arguments(parser) -> None:
     parser.add_argument("--text", default=None, help="LM: the text file (default: as trained)")
     parser.add_argument("--batches", type=int, default=20,
                         help="LM: validation batches to average [20]")
+    parser.add_argument("--word-rate-samples", type=int, default=3,
+                        help="LM: samples (prompt 'The ', 1000 characters, seeds 0..N-1) for the "
+                             "word rate; 0 = none [3]")
     parser.add_argument("--json", action="store_true", help="print the result as JSON")
 
 
@@ -31,8 +34,12 @@ def run(args) -> int:
     if xp is None:
         return 2
     from ..models import load_model
-    from ..data import CharTokenizer, load_vision_data, load_lm_text
+    from ..data import load_vision_data, load_lm_text, tokenizer_from_dict
     from ..tasks import VisionTask, LMTask
+    if args.word_rate_samples < 0:
+        print(f"error: --word-rate-samples must be >= 0, got {args.word_rate_samples}",
+              file=sys.stderr)
+        return 2
     try:
         kind, cfg, params, config = load_model(args.checkpoint, xp=xp)
     except (FileNotFoundError, ValueError) as e:
@@ -41,13 +48,23 @@ def run(args) -> int:
     if kind == "vision":
         data = load_vision_data(config.get("data", "digits"),
                                 args.data_dir or config.get("data_dir"))
-        task = VisionTask(cfg, data, batch_size=1, xp=xp, data_name=config.get("data", "digits"))
-        res = task.evaluate(params)
+        val, val_fraction = None, config.get("val_fraction", 0.0)
+        if val_fraction:  # the run's validation set, held out of its training images
+            from ..data import split_validation
+            val = split_validation(data[0], data[1], val_fraction,
+                                   seed=int(config["train"]["seed"]))[2:]
+        task = VisionTask(cfg, data, batch_size=1, xp=xp, data_name=config.get("data", "digits"),
+                          val=val)
+        res = task.evaluate_test(params)
         res["num_test"] = int(len(data[2]))
         text = (f"test accuracy {res['test_acc']:.4f} ({res['num_test']} images), "
                 f"test loss {res['test_loss']:.4f}")
+        if val is not None:
+            res.update(task.evaluate(params), num_val=int(len(val[1])))
+            text = (f"validation accuracy {res['val_acc']:.4f} ({res['num_val']} images); "
+                    + text)
     else:
-        tok = CharTokenizer.from_dict(config["tokenizer"])
+        tok = tokenizer_from_dict(config["tokenizer"])
         train_ids, val_ids, tok = load_lm_text(args.text or config.get("text_path"),
                                                tokenizer=tok)
         bs = int(config["train"]["batch_size"])
@@ -55,8 +72,16 @@ def run(args) -> int:
                       xp=xp, seed=int(config["train"].get("seed", 0)))
         res = task.evaluate(params)
         res["unigram_bpc"] = task.unigram["bits"]
-        text = (f"validation loss {res['val_loss']:.4f} nats = {res['val_bpc']:.3f} bits/char "
+        text = (f"validation loss {res['val_loss']:.4f} nats/token = {res['val_bpc']:.3f} bits/char "
                 f"over {args.batches} batches of {bs} x {cfg.block_size} "
                 f"(unigram baseline {res['unigram_bpc']:.3f} bits/char)")
+        n_wr = args.word_rate_samples
+        if n_wr > 0:
+            from ..wordrate import lm_word_rate
+            wr = lm_word_rate(params, cfg, tok, tok.decode(train_ids), seeds=range(n_wr))
+            res["word_rate"] = wr["rate"]
+            text += (f"; word rate {wr['rate']:.1%} ({wr['known']} of the {wr['words']} words "
+                     f"of >= 4 letters in {n_wr} samples, prompt {wr['prompt']!r}, 1000 "
+                     f"characters, seeds 0-{n_wr - 1}, occur in the training text)")
     print(json.dumps(res) if args.json else text)
     return 0 if all(math.isfinite(v) for v in res.values()) else 1

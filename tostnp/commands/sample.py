@@ -3,7 +3,9 @@
     python -m tostnp sample --checkpoint runs/lm --prompt "The " --length 300 --temperature 0.8
 
 Each layer carries its TSSA prefix statistics, so every new character costs the same time
-however long the context is. Seeded: the same --seed gives the same text.
+however long the context is. Seeded: the same --seed gives the same text. The text goes to
+standard output; the sample's word rate (the share of its words of four or more letters that
+occur in the training text, see tostnp/wordrate.py) goes to standard error.
 """
 from __future__ import annotations
 
@@ -21,6 +23,8 @@ def add_arguments(parser) -> None:
                         help="softmax temperature; 0 = greedy [0.8]")
     parser.add_argument("--top-k", type=int, default=None, help="sample from the k most likely")
     parser.add_argument("--seed", type=int, default=0, help="sampling seed [0]")
+    parser.add_argument("--text", default=None,
+                        help="the training text file, for the word rate (default: as trained)")
     add_device_argument(parser)
 
 
@@ -28,25 +32,33 @@ def run(args) -> int:
     xp = get_xp_or_exit(args.device)
     if xp is None:
         return 2
-    from .. import backend
-    from ..data import CharTokenizer
+    from ..data import tokenizer_from_dict
     from ..models import load_model
-    from ..models.lm import lm_generate
+    from ..wordrate import sample_text
     try:
         kind, cfg, params, config = load_model(args.checkpoint, xp=xp)
         if kind != "lm":
             raise ValueError(f"sample needs a language-model checkpoint; this one is {kind!r}")
-        tok = CharTokenizer.from_dict(config["tokenizer"])
+        tok = tokenizer_from_dict(config["tokenizer"])
         if not args.prompt:
             raise ValueError("--prompt must contain at least one character")
-        ids = tok.encode(args.prompt)
+        tok.encode(args.prompt)                           # every character known?
         if args.length < 0:
             raise ValueError(f"--length must be >= 0, got {args.length}")
-        out = lm_generate(params, cfg, backend.from_host(xp, ids[None, :], dtype=xp.int64),
-                          args.length, temperature=args.temperature, top_k=args.top_k,
-                          seed=args.seed)
+        text = sample_text(params, cfg, tok, args.prompt, args.length,
+                           temperature=args.temperature, top_k=args.top_k, seed=args.seed)
     except (FileNotFoundError, ValueError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
-    print(tok.decode(backend.to_host(out)[0]))
+    print(args.prompt + text)
+    from ..wordrate import vocabulary, word_rate
+    from ._common import lm_training_text
+    try:
+        known = vocabulary(lm_training_text(config, tok, args.text))
+    except (FileNotFoundError, ValueError, OSError, RuntimeError) as e:
+        print(f"(no word rate: {e})", file=sys.stderr)
+        return 0
+    r = word_rate(text, known, prompt=args.prompt)
+    print(f"word rate {r['rate']:.1%}: {r['known']} of the {r['words']} words of >= 4 letters "
+          f"in the generated text occur in the training text", file=sys.stderr)
     return 0

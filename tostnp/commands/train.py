@@ -13,6 +13,8 @@ model and training settings from the checkpoint and continues bit-identically.
 """
 from __future__ import annotations
 
+import argparse
+import json
 import os
 import sys
 import time
@@ -20,6 +22,7 @@ from dataclasses import replace
 
 from .. import backend
 from ..models import configs as C
+from ..seeds import parse_seeds, run_over_seeds
 from ._common import add_device_argument, get_xp_or_exit
 
 def add_arguments(parser) -> None:
@@ -40,6 +43,10 @@ def add_arguments(parser) -> None:
                    help="class-attention (cls) or mean pooling")
     v.add_argument("--patch-size", type=int, default=None)
     v.add_argument("--layer-scale-init", type=float, default=None)
+    v.add_argument("--val-fraction", type=float, default=0.1,
+                   help="share of each class of the training images held out as the validation "
+                        "set (evaluated during training; the test set only at the end); "
+                        "0 = none [0.1]")
     _add_common(v, "runs/vision")
     v.set_defaults(_train=_run_vision)
 
@@ -49,10 +56,18 @@ def add_arguments(parser) -> None:
     m.add_argument("--config", default="tiny-char", choices=sorted(C.LM_CONFIGS),
                    help="model preset [tiny-char]")
     m.add_argument("--text", default=None, help="UTF-8 text file [Python's bundled docs]")
-    m.add_argument("--block-size", type=int, default=None, help="context length T")
+    m.add_argument("--block-size", type=int, default=None, help="context length T (tokens)")
+    m.add_argument("--tokenizer", choices=["char", "bpe"], default=None,
+                   help="char: one token per character; bpe: subword tokens learnt on the "
+                        "training text (see tostnp/bpe.py) [preset]")
+    m.add_argument("--vocab-size", type=int, default=None,
+                   help="symbols of the bpe tokenizer [preset]")
     m.add_argument("--layer-scale-init", type=float, default=None)
     m.add_argument("--eval-batches", type=int, default=8,
                    help="validation batches per evaluation [8]")
+    m.add_argument("--word-rate-samples", type=int, default=3,
+                   help="samples (prompt 'The ', 1000 characters, seeds 0..N-1) whose word rate "
+                        "is reported at the end; 0 = none [3]")
     _add_common(m, "runs/lm")
     m.set_defaults(_train=_run_lm)
 
@@ -70,6 +85,9 @@ def _add_common(p, default_out) -> None:
     p.add_argument("--depth", type=int, default=None, help="number of ToST blocks")
     p.add_argument("--heads", type=int, default=None, help="number of heads h")
     p.add_argument("--seed", type=int, default=0, help="seed for init and data order [0]")
+    p.add_argument("--seeds", default=None, metavar="LIST",
+                   help="run once per seed, e.g. 0-4 or 0,2,7: each run in --out/seed-S, then "
+                        "mean ± sd over the seeds (printed and written to --out/seeds.json)")
     p.add_argument("--eval-every", type=int, default=None, help="evaluate every N updates")
     p.add_argument("--checkpoint-every", type=int, default=0,
                    help="also checkpoint every N updates (always at the end) [0]")
@@ -89,11 +107,80 @@ def run(args) -> int:
     xp = get_xp_or_exit(args.device)
     if xp is None:
         return 2
+    seeds = None
+    if args.seeds is not None:
+        try:
+            seeds = parse_seeds(args.seeds)
+        except ValueError as e:
+            print(f"error: --seeds: {e}", file=sys.stderr)
+            return 2
+    job = (lambda: _train_over_seeds(args, xp, seeds)) if seeds else \
+        (lambda: args._train(args, xp)[0])
     if args.blas_threads and args.blas_threads > 0:
         from threadpoolctl import threadpool_limits  # a dependency of scikit-learn
         with threadpool_limits(limits=args.blas_threads, user_api="blas"):
-            return args._train(args, xp)
-    return args._train(args, xp)
+            return job()
+    return job()
+
+
+# What the summary over seeds reports (mean ± sd), per job, with a format for each.
+_SEED_KEYS = {"vision": [("test_acc", "test accuracy", "{:.2%}"),
+                         ("val_acc", "validation accuracy", "{:.2%}")],
+              "lm": [("val_bpc", "validation bits/char", "{:.3f}"),
+                     ("word_rate", "word rate", "{:.1%}")]}
+
+
+def _train_over_seeds(args, xp, seeds) -> int:
+    """``--seeds``: one full run per seed in ``--out/seed-S``, then mean ± sd (seeds.json)."""
+    kind = "vision" if args._train is _run_vision else "lm"
+    root, failed = args.out, []
+
+    def one(seed):
+        sub = argparse.Namespace(**{**vars(args), "seed": seed, "no_progress": True,
+                                    "out": os.path.join(root, f"seed-{seed}"),
+                                    "resume": args.resume and os.path.isfile(
+                                        os.path.join(root, f"seed-{seed}", "checkpoint.json")),
+                                    "quiet": seed != seeds[0]})
+        rc, res = args._train(sub, xp)
+        if rc or res is None:
+            failed.append(seed)
+            raise _SeedFailed(rc or 1)
+        from tqdm.auto import tqdm
+        tqdm.write(f"seed {seed}: " + ", ".join(fmt.format(res[k]) + f" {name}"
+                                                for k, name, fmt in _SEED_KEYS[kind] if k in res)
+                   + f"; training {res['train_cpu_s']:.1f} s CPU, {res['train_wall_s']:.1f} s wall")
+        return res
+
+    try:
+        summary = run_over_seeds(one, seeds, desc=f"train {kind} over seeds",
+                                 progress=None if not args.no_progress else False)
+    except _SeedFailed as e:
+        print(f"error: the run with seed {failed[-1]} failed; finished runs are in {root}",
+              file=sys.stderr)
+        return e.rc
+    summary.update(command=" ".join(["python -m tostnp"] + sys.argv[1:]) if sys.argv else "",
+                   loadavg_1min_end=os.getloadavg()[0], cpu_count=os.cpu_count())
+    from ..io import atomic_write_text
+    os.makedirs(root, exist_ok=True)
+    atomic_write_text(os.path.join(root, "seeds.json"), json.dumps(summary, indent=1) + "\n")
+    m, sd = summary["mean"], summary["std"]
+    label = ",".join(str(s) for s in seeds) if len(seeds) < 3 else args.seeds
+    for k, name, fmt in _SEED_KEYS[kind]:
+        if k in m:
+            lo = min(r[k] for r in summary["runs"])
+            hi = max(r[k] for r in summary["runs"])
+            print(f"{name} over {len(seeds)} seeds ({label}): {fmt.format(m[k])} ± "
+                  f"{fmt.format(sd[k])} (mean ± sd; min {fmt.format(lo)}, max {fmt.format(hi)})")
+    print(f"training time per run: {m['train_cpu_s']:.1f} ± {sd['train_cpu_s']:.1f} s CPU, "
+          f"{m['train_wall_s']:.1f} ± {sd['train_wall_s']:.1f} s wall; "
+          f"summary: {os.path.join(root, 'seeds.json')}")
+    return 0
+
+
+class _SeedFailed(Exception):
+    def __init__(self, rc):
+        super().__init__(rc)
+        self.rc = rc
 
 
 def _load_resume_config(args):
@@ -108,23 +195,39 @@ def _load_resume_config(args):
     return config, tcfg
 
 
+def _say(args, text) -> None:
+    if not getattr(args, "quiet", False):
+        print(text)
+
+
 def _train(task, tcfg, args, params0):
     """Run the training loop -> (the last evaluation record, or None when the run stopped
-    early, and the wall time); says how to continue a stopped run."""
+    early; the trained parameters; the process CPU time (all its threads) and the wall time of
+    training); says how to continue a stopped run."""
     from ..train import train
-    t0 = time.perf_counter()
+    c0, t0 = time.process_time(), time.perf_counter()
     res = train(task, tcfg, args.out, resume=args.resume, progress=not args.no_progress,
                 init_params=params0)
-    wall = time.perf_counter() - t0
+    cpu, wall = time.process_time() - c0, time.perf_counter() - t0
     evals = [r for r in res["metrics"] if r["kind"] == "eval"]
     if res["step"] == tcfg.steps and evals:
-        return evals[-1], wall
+        return evals[-1], res["params"], cpu, wall
     print(f"stopped at step {res['step']} of {tcfg.steps} after {wall:.1f} s; continue with "
           f"--out {args.out} --resume")
-    return None, wall
+    return None, res["params"], cpu, wall
 
 
-def _run_vision(args, xp) -> int:
+def _finish(args, kind, result) -> None:
+    """Write the run's final numbers to <out>/result.json (atomically)."""
+    from ..io import atomic_write_text
+    result = {"task": kind, "seed": args.seed, **result,
+              "loadavg_1min_end": os.getloadavg()[0]}
+    atomic_write_text(os.path.join(args.out, "result.json"), json.dumps(result, indent=1) + "\n")
+
+
+def _run_vision(args, xp):
+    """One vision run -> (exit status, result dict or None)."""
+    from ..data import split_validation
     from ..data import load_vision_data
     from ..tasks import VisionTask
     from ..models.vision import describe
@@ -132,11 +235,12 @@ def _run_vision(args, xp) -> int:
     if args.resume:
         got = _load_resume_config(args)
         if got is None:
-            return 2
+            return 2, None
         config, tcfg = got
         cfg = C.config_from_dict(config)[1]
         data_name, data_dir = config["data"], config.get("data_dir")
         shift = config["augment_shift"]
+        val_fraction = config.get("val_fraction", 0.0)
     else:
         d = C.get_vision_train_preset(args.config)
         cfg = C.get_vision_config(args.config, width=args.width, depth=args.depth,
@@ -146,11 +250,21 @@ def _run_vision(args, xp) -> int:
         data_name = args.data
         data_dir = os.path.abspath(args.data_dir) if args.data_dir else None
         shift = d.augment_shift if args.augment_shift is None else args.augment_shift
+        val_fraction = args.val_fraction
+        if not 0.0 <= val_fraction < 1.0:
+            print(f"error: --val-fraction must be in [0, 1), got {val_fraction}",
+                  file=sys.stderr)
+            return 2, None
     try:
         data = load_vision_data(data_name, data_dir)
+        val = None
+        if val_fraction > 0:
+            X_fit, y_fit, X_val, y_val = split_validation(data[0], data[1], val_fraction,
+                                                          seed=args.seed)
+            data, val = (X_fit, y_fit, data[2], data[3]), (X_val, y_val)
     except (FileNotFoundError, ValueError, OSError) as e:
         print(f"error: {e}", file=sys.stderr)
-        return 2
+        return 2, None
     if not args.resume:
         bs = min(args.batch_size or d.batch_size, len(data[0]))
         spe = len(data[0]) // bs
@@ -167,44 +281,65 @@ def _run_vision(args, xp) -> int:
                            log_every=max(spe // 4, 1), checkpoint_every=args.checkpoint_every,
                            seed=args.seed, stop_at=args.stop_at).validate()
     task = VisionTask(cfg, data, batch_size=tcfg.batch_size, seed=tcfg.seed, augment_shift=shift,
-                      xp=xp, data_name=data_name, extra_meta={"data_dir": data_dir})
+                      xp=xp, data_name=data_name, val=val,
+                      extra_meta={"data_dir": data_dir, "val_fraction": val_fraction})
     params0 = task.init_params(backend.RNG(tcfg.seed))     # printed, then trained from
-    print(describe(cfg, params0))
-    print(f"data: {data_name}, {len(data[0])} train / {len(data[2])} test images; "
-          f"{tcfg.steps} steps of batch {tcfg.batch_size} "
-          f"({tcfg.steps / task.steps_per_epoch:.1f} epochs), lr {tcfg.lr}")
-    e, wall = _train(task, tcfg, args, params0)
-    if e is not None:
-        print(f"test accuracy: {e['test_acc']:.4f} (test loss {e['test_loss']:.4f}); "
-              f"training wall time {wall:.1f} s")
-        from ..figures import vision_figures
-        paths = vision_figures(os.path.join(args.out, "checkpoint"), args.out, xp=xp)
-        print("figures: " + ", ".join(paths))
-    print(f"run directory: {args.out} (checkpoint.npz/.json, metrics.jsonl, curves.png)")
-    return 0
+    _say(args, describe(cfg, params0))
+    n_val = 0 if val is None else len(val[1])
+    _say(args, f"data: {data_name}, {len(data[0])} train / {n_val} validation (held out of the "
+               f"training images) / {len(data[2])} test images; {tcfg.steps} steps of batch "
+               f"{tcfg.batch_size} ({tcfg.steps / task.steps_per_epoch:.1f} epochs), "
+               f"lr {tcfg.lr}")
+    e, params, cpu, wall = _train(task, tcfg, args, params0)
+    if e is None:
+        return 0, None
+    result = dict(task.evaluate_test(params), steps=tcfg.steps,
+                  train_cpu_s=round(cpu, 2), train_wall_s=round(wall, 2))
+    if val is not None:
+        result.update(val_loss=e["val_loss"], val_acc=e["val_acc"])
+        _say(args, f"validation accuracy: {result['val_acc']:.4f} ({n_val} images)")
+    _say(args, f"test accuracy: {result['test_acc']:.4f} (test loss {result['test_loss']:.4f}, "
+               f"{len(data[2])} images); training {cpu:.1f} s CPU time, {wall:.1f} s wall time")
+    _finish(args, "vision", result)
+    from ..figures import vision_figures
+    paths = vision_figures(os.path.join(args.out, "checkpoint"), args.out, xp=xp)
+    _say(args, "figures: " + ", ".join(paths))
+    _say(args, f"run directory: {args.out} (checkpoint.npz/.json, metrics.jsonl, result.json, "
+               f"curves.png)")
+    return 0, result
 
 
-def _run_lm(args, xp) -> int:
-    from ..data import CharTokenizer, load_lm_text
+def _run_lm(args, xp):
+    """One language-model run -> (exit status, result dict or None)."""
+    from ..data import tokenizer_from_dict
+    from ..data import load_lm_text
     from ..tasks import LMTask
     from ..models.lm import describe
     from ..train import TrainConfig
+    from ..wordrate import lm_word_rate
+    if args.word_rate_samples < 0:
+        print(f"error: --word-rate-samples must be >= 0, got {args.word_rate_samples}",
+              file=sys.stderr)
+        return 2, None
     if args.resume:
         got = _load_resume_config(args)
         if got is None:
-            return 2
+            return 2, None
         config, tcfg = got
         cfg = C.config_from_dict(config)[1]
         text_path = config.get("text_path")
-        tok = CharTokenizer.from_dict(config["tokenizer"])
+        tok = tokenizer_from_dict(config["tokenizer"])
         eval_batches = config.get("eval_batches", 8)
     else:
         text_path, tok = (os.path.abspath(args.text) if args.text else None), None
+    kind = args.tokenizer or C.LM_TRAIN_PRESET.tokenizer
+    vocab = args.vocab_size or C.LM_TRAIN_PRESET.vocab_size
     try:
-        train_ids, val_ids, tok = load_lm_text(text_path, tokenizer=tok)
+        train_ids, val_ids, tok = load_lm_text(text_path, tokenizer=tok, kind=kind,
+                                               vocab_size=vocab)
     except (FileNotFoundError, ValueError, OSError, RuntimeError) as e:
         print(f"error: {e}", file=sys.stderr)
-        return 2
+        return 2, None
     if not args.resume:
         cfg = C.get_lm_config(args.config, vocab_size=tok.vocab_size, width=args.width,
                               depth=args.depth, num_heads=args.heads,
@@ -228,15 +363,30 @@ def _run_lm(args, xp) -> int:
                   eval_batches=eval_batches, xp=xp, text_name=name,
                   extra_meta={"text_path": text_path})
     params0 = task.init_params(backend.RNG(tcfg.seed))     # printed, then trained from
-    print(describe(cfg, params0))
-    print(f"text: {name}, {len(train_ids):,} train / {len(val_ids):,} val characters; "
-          f"unigram baseline {task.unigram['nats']:.3f} nats = {task.unigram['bits']:.3f} "
-          f"bits/char; {tcfg.steps} steps of {tcfg.batch_size} x {cfg.block_size}")
-    e, wall = _train(task, tcfg, args, params0)
-    if e is not None:
-        print(f"validation loss {e['val_loss']:.4f} nats = {e['val_bpc']:.3f} bits/char "
-              f"(unigram baseline {task.unigram['bits']:.3f} bits/char); "
-              f"training wall time {wall:.1f} s")
-    print(f"run directory: {args.out}; sample with: python -m tostnp sample --checkpoint "
-          f"{args.out} --prompt 'The '")
-    return 0
+    _say(args, describe(cfg, params0))
+    n_tr, n_va = (int(tok.token_lengths[i].sum()) for i in (train_ids, val_ids))
+    per = "" if n_tr == len(train_ids) else \
+        f" = {len(train_ids):,} / {len(val_ids):,} tokens ({n_tr / len(train_ids):.2f} per token)"
+    _say(args, f"text: {name}, {n_tr:,} train / {n_va:,} val characters{per}; tokenizer "
+               f"{tok.to_dict()['type']}, {tok.vocab_size} symbols; unigram baseline "
+               f"{task.unigram['bits']:.3f} bits/char; {tcfg.steps} steps of "
+               f"{tcfg.batch_size} x {cfg.block_size} tokens")
+    e, params, cpu, wall = _train(task, tcfg, args, params0)
+    if e is None:
+        return 0, None
+    result = {"val_loss": e["val_loss"], "val_bpc": e["val_bpc"], "steps": tcfg.steps,
+              "train_cpu_s": round(cpu, 2), "train_wall_s": round(wall, 2)}
+    _say(args, f"validation loss {e['val_loss']:.4f} nats/token = {e['val_bpc']:.3f} bits/char "
+               f"(unigram baseline {task.unigram['bits']:.3f} bits/char); "
+               f"training {cpu:.1f} s CPU time, {wall:.1f} s wall time")
+    n_wr = args.word_rate_samples
+    if n_wr > 0:
+        wr = lm_word_rate(params, cfg, tok, tok.decode(train_ids), seeds=range(n_wr))
+        result.update(word_rate=wr["rate"], word_rate_counts=[wr["known"], wr["words"]])
+        _say(args, f"word rate {wr['rate']:.1%}: {wr['known']} of the {wr['words']} words of "
+                   f">= 4 letters in {n_wr} samples (prompt {wr['prompt']!r}, 1000 characters, "
+                   f"seeds 0-{n_wr - 1}) occur in the training text")
+    _finish(args, "lm", result)
+    _say(args, f"run directory: {args.out}; sample with: python -m tostnp sample --checkpoint "
+               f"{args.out} --prompt 'The '")
+    return 0, result

@@ -198,13 +198,16 @@ class VisionTrainPreset:
 
 @dataclass(frozen=True)
 class LMTrainPreset:
-    """Training settings for the language model, in optimizer steps."""
+    """Training settings for the language model, in optimizer steps; tokenizer "char" or "bpe"
+    (with vocab_size symbols, see tostnp/bpe.py)."""
     steps: int = 1000
     batch_size: int = 32
     lr: float = 2e-3
     warmup_steps: int = 50
     weight_decay: float = 0.1
     eval_every: int = 250
+    tokenizer: str = "char"
+    vocab_size: int | None = None
 
 
 VISION_TRAIN_PRESETS = {
