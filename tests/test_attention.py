@@ -5,14 +5,14 @@ Tolerance: relative error max|a - b| / max|b| < 1e-7 in float64.
 """
 import math
 
-import autograd.numpy as anp
 import numpy as np
 import pytest
 import array_api_strict as xps
 
 from tostnp.nn import attention as A
 from tostnp.nn import class_attention as CA
-from references import rel_err, check_backward, ref_class_attention
+from references import (rel_err, check_backward, ref_class_attention, ref_softmax_attention,
+                        ref_linear_attention)
 
 TOL = 1e-7
 DEV = xps.Device("device1")
@@ -33,62 +33,6 @@ def make_params(seed, keys_shapes, bias):
 
 QKV = {"W_qkv": (C, 3 * C), "b_qkv": (3 * C,), "W_o": (C, C), "b_o": (C,)}
 CLS = {"W_q": (C, C), "b_q": (C,), "W_kv": (C, 2 * C), "b_kv": (2 * C,), "W_o": (C, C), "b_o": (C,)}
-
-
-# ---------------------------------------------------------------------------------------------
-# plain references: one head at a time, explicit formulas
-# ---------------------------------------------------------------------------------------------
-def _lin(x, P, name):
-    y = anp.dot(x, P["W_" + name])
-    return y + P["b_" + name] if "b_" + name in P else y
-
-
-def ref_softmax_attention(x, P, h, causal):
-    Cx = x.shape[-1]
-    p = Cx // h
-    qkv = _lin(x, P, "qkv")
-    n = x.shape[1]
-    heads = []
-    for i in range(h):
-        q = qkv[:, :, i * p:(i + 1) * p]
-        k = qkv[:, :, Cx + i * p:Cx + (i + 1) * p]
-        v = qkv[:, :, 2 * Cx + i * p:2 * Cx + (i + 1) * p]
-        s = anp.einsum("bip,bjp->bij", q, k) / math.sqrt(p)
-        if causal:
-            s = s - 1e300 * np.triu(np.ones((n, n)), 1)         # future keys -> -huge
-        e = anp.exp(s - anp.max(s, axis=-1, keepdims=True))
-        heads.append(anp.einsum("bij,bjp->bip", e / anp.sum(e, axis=-1, keepdims=True), v))
-    return _lin(anp.concatenate(heads, axis=-1), P, "o")
-
-
-def phi(a):
-    return anp.where(a > 0, a + 1.0, anp.exp(anp.minimum(a, 0.0)))
-
-
-def ref_linear_attention(x, P, h, causal):
-    Cx = x.shape[-1]
-    p = Cx // h
-    qkv = _lin(x, P, "qkv")
-    heads = []
-    for i in range(h):
-        Q = phi(qkv[:, :, i * p:(i + 1) * p])
-        K = phi(qkv[:, :, Cx + i * p:Cx + (i + 1) * p])
-        v = qkv[:, :, 2 * Cx + i * p:2 * Cx + (i + 1) * p]
-        if not causal:
-            S = anp.einsum("bjp,bjq->bpq", K, v)
-            z = anp.sum(K, axis=1)                                 # (B, p)
-            num = anp.einsum("bip,bpq->biq", Q, S)
-            den = anp.einsum("bip,bp->bi", Q, z)[:, :, None]
-            heads.append(num / den)
-        else:                                                      # naive loop over prefixes
-            rows = []
-            for t in range(x.shape[1]):
-                S = anp.einsum("bjp,bjq->bpq", K[:, :t + 1], v[:, :t + 1])
-                z = anp.sum(K[:, :t + 1], axis=1)
-                num = anp.einsum("bp,bpq->bq", Q[:, t], S)
-                rows.append(num / anp.sum(Q[:, t] * z, axis=-1, keepdims=True))
-            heads.append(anp.stack(rows, axis=1))
-    return _lin(anp.concatenate(heads, axis=-1), P, "o")
 
 
 KINDS = {

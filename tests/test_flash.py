@@ -10,8 +10,8 @@ import array_api_strict as xps
 
 from tostnp.nn import attention as A
 from tostnp.nn import flash as F
-from references import rel_err
-from test_attention import QKV, check_layer, make_params, ref_softmax_attention, to_dev, to_np
+from references import rel_err, ref_softmax_attention
+from test_attention import QKV, check_layer, make_params, to_dev, to_np
 
 B, N, C, H = 2, 5, 6, 2                                            # p = 3
 DEV = xps.Device("device1")
