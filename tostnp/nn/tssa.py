@@ -102,16 +102,16 @@ def tssa_backward(dy, cache):
 def full_forward(x, params, h, p, xp):
     B, N, C = x.shape
     dt, dev = x.dtype, device_of(x)
-    Et = xp.matrix_transpose(head_indicator(xp, C, h, dt, dev))                 # (h, C)
+    Et = xp.matrix_transpose(head_indicator(xp, C, h, dt, dev))                  # (h, C)
     temp = xp.reshape(params["temp"], (1, 1, h))                                 # (1, 1, h)
 
-    w = project_in(x, params, xp)                                                # (B, N, C)  eq-layer-w
+    w = project_in(x, params, xp)                                    # (B, N, C)   eq-layer-w
     sq = w * w                                                                   # (B, N, C)
     S1 = xp.sum(sq, axis=1)                                                      # (B, C)
     inv_S1 = 1.0 / xp.clip(S1, min=NORM_EPS2)                                    # (B, C)
     # q_nk = sum_{c in k} sq_nc / S1_c: a dot product over each head's p coordinates
-    q = xp.vecdot(split_heads(sq, h, p, xp), xp.reshape(inv_S1, (B, 1, h, p)))  # (B, N, h)
-    Pi = softmax_heads(temp * q, xp)                                             # (B, N, h)  eq-layer-pi
+    q = xp.vecdot(split_heads(sq, h, p, xp), xp.reshape(inv_S1, (B, 1, h, p)))   # (B, N, h)
+    Pi = softmax_heads(temp * q, xp)                                 # (B, N, h)   eq-layer-pi
 
     n_Pi = xp.sum(Pi, axis=1) + PI_EPS                                           # (B, h)
     # S2_c = sum_n Pi_nk sq_nc (eq-layer-out): per-head matrix-vector products read sq once
@@ -146,9 +146,9 @@ def full_backward(dy, cache, xp):
     E = head_indicator(xp, C, h, dt, dev)                                        # (C, h)
     Et = xp.matrix_transpose(E)                                                  # (h, C)
     w, a = cache["w"], cache["a"]
-    Pi = xp.permute_dims(cache["Pi"], (0, 2, 1))         # (B, N, h): a view, tokens as rows
+    Pi = xp.permute_dims(cache["Pi"], (0, 2, 1))                 # (B, N, h): a view, tokens as rows
     r, m, n_Pi, inv_S1 = cache["r"], cache["m"], cache["n_Pi"], cache["inv_S1"]
-    sq_h = split_heads(w * w, h, p, xp)      # (B, N, h, p) recomputed: cheaper than caching it
+    sq_h = split_heads(w * w, h, p, xp)           # (B, N, h, p) recomputed: cheaper than caching it
     grads = {}
     if "b_o" in params:
         grads["b_o"] = xp.sum(xp.reshape(dy, (B * N, C)), axis=0)                # (C,)

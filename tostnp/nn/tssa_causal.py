@@ -59,11 +59,11 @@ def _scan(a, xp, reverse: bool = False):
     dev = device_of(a)
     i = xp.arange(L, device=dev)
     tri = xp.reshape(i, (L, 1)) >= xp.reshape(i, (1, L))                         # s <= t
-    tri = xp.astype(xp.matrix_transpose(tri) if reverse else tri, a.dtype)        # (L, L)
+    tri = xp.astype(xp.matrix_transpose(tri) if reverse else tri, a.dtype)       # (L, L)
     main = a[:, :T0, :] if T0 < T else a
     within = tri @ xp.reshape(main, (B, nb, L, F))                               # (B, nb, L, F)
     tot = within[:, :, 0 if reverse else L - 1, :]                               # (B, nb, F)
-    carry = _scan(tot, xp, reverse) - tot            # exclusive scan of the block totals
+    carry = _scan(tot, xp, reverse) - tot                       # exclusive scan of the block totals
     within += xp.reshape(carry, (B, nb, 1, F))
     out = xp.reshape(within, (B, T0, F))                                         # (B, T0, F)
     if T0 == T:
@@ -84,36 +84,37 @@ def causal_forward(x, params, h, p, xp):
     temp = xp.reshape(params["temp"], (1, 1, h))                                 # (1, 1, h)
     bias = xp.reshape(xp.permute_dims(params["denom_bias"][:, :T, 0], (1, 0)), (1, T, h))
 
-    w = project_in(x, params, xp)                                               # (B, T, C)
+    w = project_in(x, params, xp)                                                # (B, T, C)
     sq = w * w                                                                   # (B, T, C)
     S1 = _scan(sq, xp)                                                           # (B, T, C)
     # S1 is non-decreasing in t, so the clamp can only bite if it bites at t = 0
     clamped = bool(xp.any(S1[:, 0, :] <= S1_EPS))
-    active = xp.astype(S1 > S1_EPS, x.dtype) if clamped else None              # (B, T, C)
-    inv_S1 = 1.0 / (xp.clip(S1, min=S1_EPS) if clamped else S1)                 # (B, T, C)
+    active = xp.astype(S1 > S1_EPS, x.dtype) if clamped else None                # (B, T, C)
+    inv_S1 = 1.0 / (xp.clip(S1, min=S1_EPS) if clamped else S1)                  # (B, T, C)
     state_S1 = xp.asarray(S1[:, T - 1, :], copy=True)                            # (B, C)
     del S1
     ratio = sq * inv_S1                                                          # (B, T, C)
     # q_tk: a sum over each head's p contiguous coordinates (eq-causal-pi)
-    q = xp.sum(split_heads(ratio, h, p, xp), axis=-1) + float(p) * bias               # (B, T, h)
-    Pi = softmax_heads(temp * q, xp)                                            # (B, T, h)
+    q = xp.sum(split_heads(ratio, h, p, xp), axis=-1) + float(p) * bias          # (B, T, h)
+    Pi = softmax_heads(temp * q, xp)                                             # (B, T, h)
 
-    a = merge_heads(split_heads(w, h, p, xp) * per_coord(Pi, xp), xp)                     # (B, T, C)  w Pi
+    a = merge_heads(split_heads(w, h, p, xp) * per_coord(Pi, xp), xp)            # (B, T, C)  w Pi
     aw = a * w                                                                   # (B, T, C)  Pi sq
     S2 = _scan(aw, xp)                                                           # (B, T, C)
     del aw
     S3 = _scan(Pi, xp)                                                           # (B, T, h)
-    n_Pi = S3 + PI_EPS                                                             # (B, T, h)
-    nc = per_coord(n_Pi, xp)                                                       # (B, T, h, 1)
+    n_Pi = S3 + PI_EPS                                                           # (B, T, h)
+    n_h = per_coord(n_Pi, xp)                                                    # (B, T, h, 1)
     state = {"S1": state_S1, "S2": xp.asarray(S2[:, T - 1, :], copy=True),
              "S3": xp.asarray(S3[:, T - 1, :], copy=True), "t": T}
-    S2_4 = split_heads(S2, h, p, xp)                                                  # (B, T, h, p)
-    S2_4 += nc                                   # S2 is ours: in place, n_Pi + S2
-    r = merge_heads(nc / S2_4, xp)                    # (B, T, C)  1/(1+m) = n_Pi/(n_Pi+S2)
-    del S2, S2_4
-    a *= r                                       # a is ours and not cached: v = a r in place
+    # r = 1/(1+m) = n/(n + S2) (eq-causal-out), computed in S2's buffer (S2 is ours)
+    S2_h = split_heads(S2, h, p, xp)                                             # a view of S2
+    S2_h += n_h                                                                  # n + S2
+    r = merge_heads(n_h / S2_h, xp)                                              # (B, T, C)
+    del S2, S2_h
+    a *= r                                              # a is ours and not cached: v = a r in place
     v = a                                                                        # (B, T, C)  = -out
-    y = xp.reshape(xp.reshape(v, (B * T, C)) @ (-params["W_o"]), (B, T, C))     # (B, T, C)
+    y = xp.reshape(xp.reshape(v, (B * T, C)) @ (-params["W_o"]), (B, T, C))      # (B, T, C)
     if "b_o" in params:
         y += params["b_o"]
     cache = {"causal": True, "x": x, "params": params, "h": h, "p": p,
@@ -127,7 +128,7 @@ def causal_backward(dy, cache, xp):
     params, h, p = cache["params"], cache["h"], cache["p"]
     B, T, C = dy.shape
     w, sq, v, r = cache["w"], cache["sq"], cache["v"], cache["r"]
-    Pi = xp.permute_dims(cache["Pi"], (0, 2, 1))         # (B, T, h): a view, tokens as rows
+    Pi = xp.permute_dims(cache["Pi"], (0, 2, 1))                 # (B, T, h): a view, tokens as rows
     n_h = per_coord(cache["n_Pi"], xp)                                           # (B, T, h, 1)
     Pi_h = per_coord(Pi, xp)                                                     # (B, T, h, 1)
     dy2 = xp.reshape(dy, (B * T, C))
@@ -178,7 +179,7 @@ def causal_backward(dy, cache, xp):
     del g_S1, g_S1_h
     # g_sq = g_q / S1 + G1 + Pi G2, and g_w = 2 w g_sq + g_a Pi, grouped as
     # g_w = 2 w (g_q / S1 + G1) + Pi (g_a + 2 w G2): Pi multiplies once, per head
-    g_w = merge_heads(split_heads(cache["inv_S1"], h, p, xp) * g_q_h, xp)       # (B, T, C)
+    g_w = merge_heads(split_heads(cache["inv_S1"], h, p, xp) * g_q_h, xp)        # (B, T, C)
     g_w += G1
     g_w *= w
     g_w *= 2.0                                                                   # 2 w (g_q/S1 + G1)
@@ -240,7 +241,7 @@ def tssa_decode_step(state, x_t, params, num_heads: int, t: int):
         raise ValueError(f"state['S1'] has shape {tuple(state['S1'].shape)} but x_t has "
                          f"shape {(B, C)}; make the state with tssa_decode_init({B}, ...)")
     dev = device_of(x_t)
-    E = head_indicator(xp, C, h, x_t.dtype, dev)                                # (C, h)
+    E = head_indicator(xp, C, h, x_t.dtype, dev)                                 # (C, h)
     w = x_t @ params["W_u"]                                                      # (B, C)
     if "b_u" in params:
         w += params["b_u"]
@@ -248,12 +249,12 @@ def tssa_decode_step(state, x_t, params, num_heads: int, t: int):
     S1 = state["S1"] + sq                                                        # (B, C)
     q = (sq / xp.clip(S1, min=S1_EPS)) @ E \
         + float(p) * xp.reshape(params["denom_bias"][:, t, 0], (1, h))           # (B, h)
-    Pi = softmax_heads(xp.reshape(params["temp"], (1, h)) * q, xp)              # (B, h)
+    Pi = softmax_heads(xp.reshape(params["temp"], (1, h)) * q, xp)               # (B, h)
     Pic = xp.reshape(Pi, (B, h, 1))
-    a = merge_heads(split_heads(w, h, p, xp) * Pic, xp)                                    # (B, C)
+    a = merge_heads(split_heads(w, h, p, xp) * Pic, xp)                          # (B, C)
     S2 = state["S2"] + a * w                                                     # (B, C)
     S3 = state["S3"] + Pi                                                        # (B, h)
-    m = merge_heads(split_heads(S2, h, p, xp) / xp.reshape(S3 + PI_EPS, (B, h, 1)), xp)   # (B, C)
+    m = merge_heads(split_heads(S2, h, p, xp) / xp.reshape(S3 + PI_EPS, (B, h, 1)), xp)  # (B, C)
     y = (-(a / (1.0 + m))) @ params["W_o"]                                       # (B, C)
     if "b_o" in params:
         y += params["b_o"]

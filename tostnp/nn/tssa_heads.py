@@ -14,7 +14,7 @@ __all__ = ["check_tssa_params", "check_width", "head_indicator", "head_reduce", 
            "head_token_sums", "per_coord", "split_heads", "merge_heads", "project_in",
            "project_in_backward", "softmax_heads_backward", "NORM_EPS2", "S1_EPS", "PI_EPS"]
 
-NORM_EPS2 = 1e-24   # max(||w||, 1e-12)^2: the token-axis L2 normalisation clamp, squared (eq-layer-pi)
+NORM_EPS2 = 1e-24   # max(||w||, 1e-12)^2: the token-axis normalisation clamp, squared (eq-layer-pi)
 S1_EPS = 1e-12      # causal: clamp of the prefix sum of squares (eq-causal-pi)
 PI_EPS = 1e-8       # in m = sum_j Pi w^2 / (sum_j Pi + 1e-8) (eq-layer-out, eq-causal-out)
 
@@ -63,7 +63,7 @@ def head_indicator(xp, C: int, h: int, dtype, device):
     p = C // h
     c = xp.arange(C, device=device)
     k = xp.arange(h, device=device)
-    return xp.astype(xp.reshape(c // p, (C, 1)) == xp.reshape(k, (1, h)), dtype)   # (C, h)
+    return xp.astype(xp.reshape(c // p, (C, 1)) == xp.reshape(k, (1, h)), dtype)  # (C, h)
 
 
 def head_reduce(op, a, xp):
@@ -109,7 +109,7 @@ def merge_heads(a, xp):
 def project_in(x, params, xp):
     """w = x @ W_u + b_u (eq-layer-w). x: (B, N, C) -> w: (B, N, C)."""
     B, N, C = x.shape
-    w = xp.reshape(xp.reshape(x, (B * N, C)) @ params["W_u"], (B, N, C))        # (B, N, C)
+    w = xp.reshape(xp.reshape(x, (B * N, C)) @ params["W_u"], (B, N, C))         # (B, N, C)
     if "b_u" in params:
         w += params["b_u"]
     return w

@@ -91,7 +91,8 @@ def tssa_forward_reference(x, params, num_heads: int, causal: bool = False):
     if "b_o" in params:
         y = y + params["b_o"]
     cache = {"x": x, "params": params, "h": h, "p": p, "causal": causal, "w": w, "wh": wh,
-             "sq": sq, "S1": S1, "S1c": S1c, "ratio": ratio, "q": q, "Pi": xp.permute_dims(Pi, (0, 2, 1)), "S2": S2,
+             "sq": sq, "S1": S1, "S1c": S1c, "ratio": ratio, "q": q,
+             "Pi": xp.permute_dims(Pi, (0, 2, 1)), "S2": S2,
              "S3": S3, "n": n, "m": m, "r": r, "out": out2}
     return y, cache
 
