@@ -250,8 +250,7 @@ def tssa_decode_step(state, x_t, params, num_heads: int, t: int):
     q = (sq / xp.clip(S1, min=S1_EPS)) @ E \
         + float(p) * xp.reshape(params["denom_bias"][:, t, 0], (1, h))           # (B, h)
     Pi = softmax_heads(xp.reshape(params["temp"], (1, h)) * q, xp)               # (B, h)
-    Pic = xp.reshape(Pi, (B, h, 1))
-    a = merge_heads(split_heads(w, h, p, xp) * Pic, xp)                          # (B, C)
+    a = merge_heads(split_heads(w, h, p, xp) * xp.reshape(Pi, (B, h, 1)), xp)                          # (B, C)
     S2 = state["S2"] + a * w                                                     # (B, C)
     S3 = state["S3"] + Pi                                                        # (B, h)
     m = merge_heads(split_heads(S2, h, p, xp) / xp.reshape(S3 + PI_EPS, (B, h, 1)), xp)  # (B, C)

@@ -79,13 +79,13 @@ def tssa_forward_reference(x, params, num_heads: int, causal: bool = False):
     l = temp * q                                                  # (B, N, h)  logits
     e = xp.exp(l - xp.max(l, axis=-1, keepdims=True))
     Pi = e / xp.sum(e, axis=-1, keepdims=True)                    # (B, N, h)        eq-layer-pi
-    Pi4 = xp.reshape(Pi, (B, N, h, 1))                            # per coordinate
-    S2 = _token_sum(Pi4 * sq, causal, xp)                         # (B, 1|N, h, p)
+    Pi_h = xp.reshape(Pi, (B, N, h, 1))                            # per coordinate
+    S2 = _token_sum(Pi_h * sq, causal, xp)                         # (B, 1|N, h, p)
     S3 = _token_sum(Pi, causal, xp)                               # (B, 1|N, h)
     n = xp.reshape(S3 + PI_EPS, S3.shape + (1,))                  # (B, 1|N, h, 1)
     m = S2 / n                                                    # (B, 1|N, h, p)
     r = 1.0 / (1.0 + m)                                           # grad f(m), f = log(1 + .)
-    out = -Pi4 * wh * r                                           # (B, N, h, p)     eq-layer-out
+    out = -Pi_h * wh * r                                           # (B, N, h, p)     eq-layer-out
     out2 = xp.reshape(out, (B, N, C))                             # (B, N, C)
     y = out2 @ params["W_o"]                                      # (B, N, C)
     if "b_o" in params:
@@ -108,7 +108,7 @@ def tssa_backward_reference(dy, cache):
     Pi = xp.permute_dims(cache["Pi"], (0, 2, 1))                              # (B, N, h)
     S1, S1c, q = cache["S1"], cache["S1c"], cache["q"]
     B, N, C = x.shape
-    Pi4 = xp.reshape(Pi, (B, N, h, 1))
+    Pi_h = xp.reshape(Pi, (B, N, h, 1))
     grads = {}
     # y = out @ W_o + b_o
     if "b_o" in params:
@@ -117,8 +117,8 @@ def tssa_backward_reference(dy, cache):
     g_out = xp.reshape(dy @ xp.matrix_transpose(params["W_o"]), (B, N, h, p))
     # out = -Pi w r
     g_Pi = xp.sum(g_out * (-wh * r), axis=-1)                                 # (B, N, h)
-    g_wh = g_out * (-Pi4 * r)                                                 # (B, N, h, p)
-    g_r = _sum_to(g_out * (-Pi4 * wh), r, xp)                                 # like r
+    g_wh = g_out * (-Pi_h * r)                                                 # (B, N, h, p)
+    g_r = _sum_to(g_out * (-Pi_h * wh), r, xp)                                 # like r
     # r = 1 / (1 + m)
     g_m = -g_r * r * r
     # m = S2 / n
@@ -130,7 +130,7 @@ def tssa_backward_reference(dy, cache):
     g_Pi = g_Pi + _token_sum_backward(g_S3, N, causal, xp)
     g_Pisq = _token_sum_backward(g_S2, N, causal, xp)                         # (B, N, h, p)
     g_Pi = g_Pi + xp.sum(g_Pisq * sq, axis=-1)
-    g_sq = g_Pisq * Pi4
+    g_sq = g_Pisq * Pi_h
     # Pi = softmax_k(l)
     g_l = Pi * (g_Pi - xp.sum(Pi * g_Pi, axis=-1, keepdims=True))             # (B, N, h)
     # l = temp q
