@@ -1,114 +1,124 @@
-"""The exercise notebooks (exercises/*.md, MyST notebooks) are executed, three ways each:
+"""The exercise checkers (tostnp.exercises) and notebooks (exercises/NN_*.md).
 
-* with the reference solution (exercises/solutions/*.py) pasted into the cell tagged "student":
-  every check must pass and print PASS;
-* untouched: the TODO raises NotImplementedError, so the check cell must fail;
-* with a plausible wrong answer (the solution plus a bug): the check cell must raise
-  AssertionError, i.e. the checks really compare values.
-
-The kernel is started as ``python`` from PATH, so the test puts this interpreter's directory
-first on PATH and the repository root on PYTHONPATH.
+* In-process, fast: every reference solution passes every checker, hidden edge cases included;
+  every planted bug (exercises/instructor/mutants.py) is rejected with its intended hint.
+* Through a real kernel, one per notebook execution, three executions per notebook: with the
+  solutions filled in (every exercise scores full marks, no cell errors), untouched (every
+  check fails saying the exercise is not written yet, and no other cell errors), and with one
+  planted bug (only that exercise fails, with its hint).
 """
 from __future__ import annotations
 
+import importlib.util
 import os
 import sys
-from pathlib import Path
 
 import pytest
 
-jupytext = pytest.importorskip("jupytext")
-nbclient = pytest.importorskip("nbclient")
-from nbclient.exceptions import CellExecutionError  # noqa: E402
+pytest.importorskip("jupytext")
+pytest.importorskip("nbclient")
 
-ROOT = Path(__file__).resolve().parents[1]
-EXERCISES = ROOT / "exercises"
+from tostnp import exercises  # noqa: E402
+from tostnp.exercises import notebook as nbk  # noqa: E402
 
-# notebook -> (solution file, functions the student writes, a bug appended to the solution)
-CASES = {
-    "01_coding_rate.md": (
-        "ex01_coding_rate.py", ["coding_rate_mine", "compression_mine"],
-        "_R_ok = coding_rate_mine\n"
-        "def coding_rate_mine(Z, eps):          # bug: forgot the 1/2\n"
-        "    return 2 * _R_ok(Z, eps)\n"),
-    "02_variational_gradient.md": (
-        "ex02_variational_gradient.py", ["variational_compression_grad_mine"],
-        "_g_ok = variational_compression_grad_mine\n"
-        "def variational_compression_grad_mine(Z, Pi, U, eps):   # bug: forgot the 1/n\n"
-        "    return Z.shape[0] * _g_ok(Z, Pi, U, eps)\n"),
-    "03_tssa_forward.md": (
-        "ex03_tssa_forward.py", ["tssa_forward_mine"],
-        "_f_ok = tssa_forward_mine\n"
-        "def tssa_forward_mine(x, params, num_heads):   # bug: drops the output bias\n"
-        "    y, Pi = _f_ok(x, params, num_heads)\n"
-        "    return y - params['b_o'], Pi\n"),
-}
+NOTEBOOKS = nbk.notebooks()
+
+
+def _load_mutants():
+    spec = importlib.util.spec_from_file_location("_mutants", nbk.INSTRUCTOR / "mutants.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod.MUTANTS
+
+
+MUTANTS = _load_mutants()
+# exercise name -> notebook stem
+OWNER = {name: p.stem for p in NOTEBOOKS for name in nbk.student_cells(nbk.read(p))}
+CHECK_SRC = {name: c.source for p in NOTEBOOKS for c in nbk.check_cells(nbk.read(p))
+             for name in nbk.checks_in(c.source)}
 
 
 @pytest.fixture
 def kernel_env(monkeypatch):
-    monkeypatch.setenv("PATH", os.path.dirname(sys.executable) + os.pathsep + os.environ.get("PATH", ""))
-    monkeypatch.setenv("PYTHONPATH", str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""))
-    monkeypatch.setenv("MPLBACKEND", "Agg")
+    """The kernel is started as `python` from PATH: make it this interpreter."""
+    monkeypatch.setenv("PATH", os.path.dirname(sys.executable) + os.pathsep + os.environ["PATH"])
 
 
-def _student_cells(nb):
-    return [c for c in nb.cells
-            if c.cell_type == "code" and "student" in c.get("metadata", {}).get("tags", [])]
+def _namespace(stem: str) -> dict:
+    """A namespace where every solution section of the notebook has run."""
+    ns: dict = {}
+    exec("import numpy as np\nfrom tostnp.exercises import *", ns)
+    for src in nbk.solution_sections(stem).values():
+        exec(src, ns)
+    return ns
 
 
-def _execute(name: str, student_source: str | None):
-    """Run exercises/<name>, optionally replacing the student cell; returns the executed notebook."""
-    nb = jupytext.read(EXERCISES / name)
-    if student_source is not None:
-        (cell,) = _student_cells(nb)
-        cell.source = student_source
-    client = nbclient.NotebookClient(nb, timeout=120, kernel_name="python3",
-                                     resources={"metadata": {"path": str(EXERCISES)}})
-    client.execute()
-    return nb
+def test_every_notebook_is_complete():
+    assert len(NOTEBOOKS) >= 5
+    for p in NOTEBOOKS:
+        nb = nbk.read(p)
+        cells = nbk.student_cells(nb)
+        sections = nbk.solution_sections(p.stem)
+        assert set(cells) == set(sections) == set(nbk.exercises_of(nb)), p.name
+        for name, c in cells.items():
+            assert "TODO" in c.source and "raise NotImplementedError" in c.source, (p.name, name)
+            assert hasattr(exercises, f"check_{name}"), name
+        assert all(not c.get("outputs") for c in nb.cells if c.cell_type == "code"), p.name
 
 
-def _stdout(nb) -> str:
-    return "".join(o.get("text", "") for c in nb.cells if c.cell_type == "code"
-                   for o in c.get("outputs", []) if o.get("output_type") == "stream")
+def test_every_checker_has_four_mutants():
+    names = [n for n in dir(exercises) if n.startswith("check_")]
+    for n in names:
+        assert len(MUTANTS.get(n[len("check_"):], [])) >= 4, f"{n} has fewer than 4 mutants"
 
 
-@pytest.mark.parametrize("name", sorted(CASES))
-def test_notebook_structure(name):
-    """One student cell with a TODO that raises; the solution defines the same functions."""
-    sol_file, funcs, _ = CASES[name]
-    nb = jupytext.read(EXERCISES / name)
-    (cell,) = _student_cells(nb)
-    assert "TODO" in cell.source and "raise NotImplementedError" in cell.source
-    solution = (EXERCISES / "solutions" / sol_file).read_text()
-    for f in funcs:
-        assert f"def {f}(" in cell.source and f"def {f}(" in solution
-    assert all(not c.get("outputs") for c in nb.cells if c.cell_type == "code")
+@pytest.mark.parametrize("stem", sorted({p.stem for p in NOTEBOOKS}))
+def test_solutions_pass_in_process(stem, monkeypatch, capsys):
+    monkeypatch.setenv(exercises.HIDDEN_ENV, "1")
+    ns = _namespace(stem)
+    for name in nbk.solution_sections(stem):
+        exec(CHECK_SRC[name], ns)
+    out = capsys.readouterr().out
+    assert out.count("PASS") == len(nbk.solution_sections(stem)), out
 
 
+_MUTANT_IDS = [(ex, i) for ex, lst in MUTANTS.items() for i in range(len(lst))]
+
+
+@pytest.mark.parametrize("ex,i", _MUTANT_IDS, ids=[f"{e}-{i}" for e, i in _MUTANT_IDS])
+def test_mutant_is_caught_with_its_hint(ex, i, capsys):
+    label, source, hint = MUTANTS[ex][i]
+    ns = _namespace(OWNER[ex])
+    exec(source, ns)
+    with pytest.raises(AssertionError) as info:
+        exec(CHECK_SRC[ex], ns)
+    assert hint in str(info.value), f"{label}: the hint was: {info.value}"
+    assert "SCORE" in capsys.readouterr().out
+
+
+# --------------------------------------------------------------------------------------------
+# the notebooks, executed
+# --------------------------------------------------------------------------------------------
 @pytest.mark.slow
-@pytest.mark.parametrize("name", sorted(CASES))
-def test_solution_passes(name, kernel_env):
-    sol_file, _, _ = CASES[name]
-    nb = _execute(name, (EXERCISES / "solutions" / sol_file).read_text())
-    out = _stdout(nb)
-    assert "All checks passed." in out and out.count("PASS") >= 2, out
-
-
-@pytest.mark.slow
-@pytest.mark.parametrize("name", sorted(CASES))
-def test_todo_fails(name, kernel_env):
-    with pytest.raises(CellExecutionError) as info:
-        _execute(name, None)
-    assert info.value.ename == "NotImplementedError", info.value.ename
-
-
-@pytest.mark.slow
-@pytest.mark.parametrize("name", sorted(CASES))
-def test_wrong_answer_fails(name, kernel_env):
-    sol_file, _, bug = CASES[name]
-    source = (EXERCISES / "solutions" / sol_file).read_text() + "\n" + bug
-    with pytest.raises(CellExecutionError) as info:
-        _execute(name, source)
-    assert info.value.ename == "AssertionError", info.value.ename
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=[p.stem for p in NOTEBOOKS])
+def test_notebook_three_ways(path, kernel_env):
+    sections = nbk.solution_sections(path.stem)
+    # 1. solutions: full marks, no error anywhere
+    nb, res = nbk.execute(nbk.fill(nbk.read(path), sections), path.parent)
+    assert nbk.errors(nb) == []
+    assert all(r["score"] == r["points"] for r in res.values()), res
+    # 2. untouched: every check fails with "not written yet", nothing else raises
+    nb, res = nbk.execute(nbk.read(path), path.parent)
+    errs = nbk.errors(nb)
+    assert {e[0] for e in errs} == {nb.cells.index(c) for c in nbk.check_cells(nb)}, errs
+    assert all(e[2] == "NotWritten" and "not written yet" in e[3] for e in errs), errs
+    assert all(r["score"] == 0 for r in res.values())
+    # 3. one planted bug: caught, with its hint, and only there
+    ex = [n for n in nbk.exercises_of(nb) if n in MUTANTS][-1]     # nothing depends on it
+    label, source, hint = MUTANTS[ex][0]
+    bugged = dict(sections, **{ex: sections[ex] + "\n\n" + source})
+    nb, res = nbk.execute(nbk.fill(nbk.read(path), bugged), path.parent)
+    errs = nbk.errors(nb)
+    assert len(errs) == 1 and hint in errs[0][3], (label, errs)
+    assert res[ex]["score"] < res[ex]["points"]
+    assert all(r["score"] == r["points"] for n, r in res.items() if n != ex)
