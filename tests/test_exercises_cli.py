@@ -1,0 +1,123 @@
+"""`python -m tostnp exercises start | check | build | grade`: the student and instructor
+editions, the working copies, the command-line check and the grade CSV."""
+from __future__ import annotations
+
+import csv
+import json
+import os
+import sys
+
+import pytest
+
+pytest.importorskip("jupytext")
+pytest.importorskip("nbclient")
+
+from tostnp.__main__ import main  # noqa: E402
+from tostnp.exercises import cli  # noqa: E402
+from tostnp.exercises import notebook as nbk  # noqa: E402
+
+SMALL = "04_variational"          # the quickest notebook to execute
+
+
+@pytest.fixture
+def kernel_env(monkeypatch):
+    monkeypatch.setenv("PATH", os.path.dirname(sys.executable) + os.pathsep + os.environ["PATH"])
+
+
+def test_student_edition_has_no_solutions(tmp_path, capsys):
+    assert main(["exercises", "build", "--student", str(tmp_path / "s")]) == 0
+    files = sorted(p.relative_to(tmp_path / "s").as_posix() for p in (tmp_path / "s").rglob("*"))
+    stems = [p.stem for p in nbk.notebooks()]
+    assert files == sorted(["README.md"] + [s + ".md" for s in stems] + [s + ".ipynb" for s in stems])
+    for p in nbk.notebooks():                                    # the tracked notebook, unchanged
+        assert (tmp_path / "s" / p.name).read_bytes() == p.read_bytes()
+        ipynb = nbk.read(tmp_path / "s" / (p.stem + ".ipynb"))
+        assert [c.source for c in ipynb.cells] == [c.source for c in nbk.read(p).cells]
+    text = " ".join((tmp_path / "s" / f).read_text() for f in files)
+    assert "MUTANTS" not in text and "# %% ex-" not in text
+    assert "student edition" in capsys.readouterr().out
+
+
+def test_instructor_edition_has_solutions_and_hidden_tests(tmp_path):
+    assert main(["exercises", "build", "--instructor", str(tmp_path / "i")]) == 0
+    out = tmp_path / "i"
+    assert (out / "instructor" / "mutants.py").is_file()
+    for p in nbk.notebooks():
+        solved = nbk.read(out / "solutions" / p.name)
+        cells = nbk.student_cells(solved)
+        assert cells and all("NotImplementedError" not in c.source for c in cells.values())
+        hidden = [c for c in solved.cells if "hidden-check" in c.metadata.get("tags", [])]
+        assert len(hidden) == len(nbk.check_cells(solved))
+        assert all("hidden=True" in c.source for c in hidden)
+        assert (out / "instructor" / "solutions" / f"{p.stem}.py").is_file()
+
+
+def test_build_refuses_exercises_folder(capsys):
+    assert main(["exercises", "build", "--student", str(nbk.EXERCISES / "x")]) == 2
+    assert "outside exercises/" in capsys.readouterr().err
+
+
+def test_start_copies_without_overwriting(tmp_path):
+    work = tmp_path / "my"
+    copied, kept = cli.prepare_workdir(work)
+    assert sorted(copied) == [p.name for p in nbk.notebooks()] and kept == []
+    mine = work / nbk.notebooks()[0].name
+    mine.write_text(mine.read_text() + "\n# my work\n")
+    copied, kept = cli.prepare_workdir(work)
+    assert copied == [] and mine.read_text().endswith("# my work\n")
+    conf = json.loads((work / ".jupyter" / "labconfig" / "default_setting_overrides.json").read_text())
+    viewers = conf["@jupyterlab/docmanager-extension:plugin"]["defaultViewers"]
+    assert viewers["markdown"] == viewers["myst"] == "Jupytext Notebook"
+    assert 'formats = "ipynb,md:myst"' in (work / "jupytext.toml").read_text()
+    cmd, env = cli.lab_command(work, ["--", "--no-browser"])
+    assert cmd[1:3] == ["-m", "jupyterlab"] and f"--ServerApp.root_dir={work}" in cmd
+    assert "--no-browser" in cmd and "--" not in cmd
+    assert env["JUPYTER_CONFIG_PATH"].split(os.pathsep)[0] == str(work / ".jupyter")
+
+
+def test_start_refuses_the_tracked_folder(capsys):
+    assert main(["exercises", "start", "--no-lab", "--dir", str(nbk.EXERCISES)]) == 2
+    assert "work on copies" in capsys.readouterr().err
+
+
+def test_check_prints_scores(tmp_path, kernel_env, capsys):
+    path = tmp_path / f"{SMALL}.md"
+    nbk.write(nbk.fill(nbk.read(nbk.EXERCISES / f"{SMALL}.md"), nbk.solution_sections(SMALL)), path)
+    assert main(["exercises", "check", str(path)]) == 0
+    out = capsys.readouterr().out
+    lines = {ln.split()[0]: ln for ln in out.splitlines() if ln.startswith("  ")}
+    for name in nbk.solution_sections(SMALL):
+        assert "1.00 / 1  PASS" in lines[name]
+    assert "3.00 / 3" in lines["total"]
+
+
+def test_check_rejects_other_files(tmp_path, capsys):
+    (tmp_path / "x.md").write_text("# just text\n")
+    assert main(["exercises", "check", str(tmp_path / "x.md")]) == 2
+    assert "no check cells" in capsys.readouterr().err
+    assert main(["exercises", "check", str(tmp_path / "missing.md")]) == 2
+
+
+def test_grade_writes_csv(tmp_path, kernel_env, capsys):
+    sub = tmp_path / "subs"
+    (sub / "alice").mkdir(parents=True)
+    (sub / "bob").mkdir()
+    solved = nbk.fill(nbk.read(nbk.EXERCISES / f"{SMALL}.md"), nbk.solution_sections(SMALL))
+    for c in solved.cells:                               # alice also answers the written question
+        if c.cell_type == "markdown" and "written" in c.metadata.get("tags", []):
+            c.source = "*Your answer:* it still compresses the p kept directions."
+        if "check" in c.metadata.get("tags", []):
+            c.source = "pass  # a student who deleted the check still gets graded"
+    nbk.write(solved, sub / "alice" / f"{SMALL}.ipynb")
+    (sub / "bob" / f"{SMALL}.md").write_bytes((nbk.EXERCISES / f"{SMALL}.md").read_bytes())
+    assert main(["exercises", "grade", str(sub), "--csv", str(tmp_path / "g.csv")]) == 0
+    rows = list(csv.DictReader(open(tmp_path / "g.csv")))
+    by = {r["student"]: r for r in rows}
+    assert set(by) == {"alice", "bob"}
+    names = list(nbk.solution_sections(SMALL))
+    assert list(rows[0])[:2] == ["student", "notebook"] and list(rows[0])[-4:] == [
+        "total", "max_score", "percent", "written_answered"]
+    assert all(float(by["alice"][n]) == 1.0 for n in names) and by["alice"]["percent"] == "100.0"
+    assert all(float(by["bob"][n]) == 0.0 for n in names) and float(by["bob"]["total"]) == 0.0
+    assert by["alice"]["written_answered"] == "1/1" and by["bob"]["written_answered"] == "0/1"
+    assert "wrote" in capsys.readouterr().out
