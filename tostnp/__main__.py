@@ -19,7 +19,7 @@ COMMANDS = {
     "convert": ("tostnp.commands.convert",
                 "exchange weights with the published PyTorch ToST (.safetensors)"),
     "bench": ("tostnp.commands.bench", "benchmark TSSA against softmax and linear attention"),
-    "exercises": ("tostnp.exercises.cli", "exercise notebooks: start, check, build, grade"),
+    "exercises": ("tostnp.commands.exercises", "exercise notebooks: start, check, build, grade"),
 }
 
 

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import csv
+import io
 import json
 import os
 import re
@@ -25,7 +26,8 @@ import subprocess
 import sys
 from pathlib import Path
 
-from . import notebook as nbk
+from ..exercises import notebook as nbk
+from ..io import atomic_write_text
 
 MY_DIR = nbk.ROOT / "my-exercises"
 # .md notebooks open as notebooks in JupyterLab (the jupytext viewer), read from a config dir
@@ -307,13 +309,12 @@ def grade(folder: Path, out_csv: Path, hidden: bool = True, timeout: int = 600) 
         fields += [k for k in r if k not in fields and k not in
                    ("total", "max_score", "percent", "written_answered")]
     fields += ["total", "max_score", "percent", "written_answered"]
+    buf = io.StringIO()
+    w = csv.DictWriter(buf, fieldnames=fields, restval="", lineterminator="\n")
+    w.writeheader()
+    w.writerows(rows)
     out_csv.parent.mkdir(parents=True, exist_ok=True)
-    tmp = out_csv.with_suffix(out_csv.suffix + ".tmp")
-    with open(tmp, "w", newline="", encoding="utf-8") as f:
-        w = csv.DictWriter(f, fieldnames=fields, restval="")
-        w.writeheader()
-        w.writerows(rows)
-    os.replace(tmp, out_csv)
+    atomic_write_text(out_csv, buf.getvalue())
     return rows
 
 
