@@ -171,7 +171,9 @@ def test_failed_save_leaves_no_partial_file(tmp_path, monkeypatch):
         assert _bits(params[k]) == _bits(good[k])
 
 
-def test_interrupted_between_files_is_detected(tmp_path, monkeypatch):
+def test_interrupted_between_files_loads_the_new_checkpoint(tmp_path, monkeypatch):
+    # The npz is the atomic unit: killed after it is in place but before its readable json
+    # copy, the load returns the new checkpoint whole (the stale json copy is recognised).
     prefix = str(tmp_path / "c")
     save_checkpoint(prefix, _params(1), {}, state={"step": 1})
     real_replace = os.replace
@@ -186,8 +188,10 @@ def test_interrupted_between_files_is_detected(tmp_path, monkeypatch):
         save_checkpoint(prefix, _params(2), {}, state={"step": 2})
     monkeypatch.setattr(os, "replace", real_replace)
     assert _listing(str(tmp_path)) == ["c.json", "c.npz"]
-    with pytest.raises(ValueError, match="corrupted or truncated"):
-        load_checkpoint(prefix)
+    params, _, _, state = load_checkpoint(prefix)
+    assert state["step"] == 2
+    for k, a in _params(2).items():
+        assert _bits(params[k]) == _bits(a)
 
 
 def test_bad_inputs(tmp_path):

@@ -23,8 +23,15 @@ COMMANDS = {
 }
 
 
+class _Parser(argparse.ArgumentParser):
+    """Bad options: one line ``error: ...`` naming the option, exit 2 (no usage dump)."""
+
+    def error(self, message):
+        self.exit(2, f"error: {message} (see: {self.prog} --help)\n")
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = _Parser(
         prog="python -m tostnp",
         description="tostnp: the Token Statistics Transformer from scratch, derived and verified.")
     sub = parser.add_subparsers(dest="command", metavar="command")
@@ -39,8 +46,28 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv=None) -> int:
+    """Run a command. Expected failures print one line ``error: ...`` (never a traceback):
+    bad input, files and checkpoints exit 2; a diverged training run exits 1; SIGINT/SIGTERM
+    during training save a checkpoint and exit 130/143."""
     args = build_parser().parse_args(argv)
-    return int(args._run(args) or 0)
+    from .train import TrainingInterrupted, TrainingDiverged
+    try:
+        return int(args._run(args) or 0)
+    except TrainingInterrupted as e:
+        cmd = " ".join(["python -m tostnp", args.command, getattr(args, "model", "") or "",
+                        "--out", e.out_dir, "--resume"])
+        print(f"interrupted: {e}; continue with: {cmd}", file=sys.stderr)
+        return e.exit_code
+    except TrainingDiverged as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 1
+    except (OSError, ValueError, TypeError, KeyError) as e:
+        msg = e.args[0] if isinstance(e, KeyError) and e.args else e
+        print(f"error: {msg}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("error: interrupted", file=sys.stderr)
+        return 130
 
 
 if __name__ == "__main__":

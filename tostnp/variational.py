@@ -42,6 +42,15 @@ def _check_K(Pi, U):
                          f"(the last axis of Pi), got shape {tuple(U.shape)}")
 
 
+def _finite(xp, out, Z):
+    """``out``, or a ValueError naming Z when its statistics overflowed Z's dtype (never NaN)."""
+    if not bool(xp.all(xp.isfinite(out))):
+        raise ValueError(f"Z is too large for {Z.dtype}: the token statistics (squared "
+                         f"projections) overflow, max |Z| = {float(xp.max(xp.abs(Z))):.3g} "
+                         f"(rescale Z or use float64)")
+    return out
+
+
 def _swap_last_two(xp, x):
     return xp.permute_dims(x, tuple(range(x.ndim - 2)) + (x.ndim - 1, x.ndim - 2))
 
@@ -104,7 +113,7 @@ def variational_compression(Z, Pi, U, eps):
     _check_U(U, Z)
     _check_K(Pi, U)
     eps = check_positive(eps, "eps")
-    return _variational_compression(xp, Z, Pi, U, eps)
+    return _finite(xp, _variational_compression(xp, Z, Pi, U, eps), Z)
 
 
 def variational_compression_grad(Z, Pi, U, eps):
@@ -132,7 +141,7 @@ def variational_compression_grad(Z, Pi, U, eps):
     _check_U(U, Z)
     _check_K(Pi, U)
     eps = check_positive(eps, "eps")
-    return _variational_compression_grad(xp, Z, Pi, U, eps)
+    return _finite(xp, _variational_compression_grad(xp, Z, Pi, U, eps), Z)
 
 
 def tssa_step(Z, Pi, U, eps, tau):
@@ -177,6 +186,22 @@ def membership(Z, U, eta):
     _check_U(U, Z)
     eta = check_positive(eta, "eta")
     ZU = Z[..., None, :, :] @ U                                # (..., K, n, p)
-    logits = _swap_last_two(xp, xp.sum(ZU * ZU, axis=-1)) / (2.0 * eta)   # (..., n, K)
-    e = xp.exp(logits - xp.max(logits, axis=-1, keepdims=True))   # (..., n, K) in (0, 1]
+    if not bool(xp.all(xp.isfinite(ZU))):
+        raise ValueError(f"Z is too large for {Z.dtype}: its projections U_k^T z overflow "
+                         f"(rescale Z or use float64)")
+    # The softmax needs only differences of the logits ||U_k^T z||^2 / (2 eta). Squares of
+    # |Z| ~ 1e19 overflow float32, so each token's projections are scaled by their largest
+    # magnitude m first: logit_k - logit_max = ((q_k - q_max) m) m / (2 eta), q = ||U^T z / m||^2.
+    m = xp.max(xp.abs(ZU), axis=(-3, -1), keepdims=True)       # (..., 1, n, 1) per token
+    m = xp.where(m > 0, m, xp.ones_like(m))
+    q = _swap_last_two(xp, xp.sum((ZU / m) ** 2, axis=-1))     # (..., n, K) in [0, p]
+    m = _swap_last_two(xp, m[..., 0])                          # (..., n, 1)
+    d = (q - xp.max(q, axis=-1, keepdims=True)) * m            # (..., n, K) <= 0, finite
+    # exp(d m / (2 eta)) = 0 below -1000: clip there first, so that nothing overflows
+    fi = xp.finfo(Z.dtype)
+    c = 2000.0 * eta
+    if c < float(fi.max) / 4:                                  # else nothing can overflow
+        m_c = xp.clip(m, min=c / (float(fi.max) / 2))          # so that c / m_c <= max / 2
+        d = xp.maximum(d, xp.clip(-c / m_c, max=-float(fi.smallest_normal)))
+    e = xp.exp((d / (2.0 * eta)) * m)                                              # (..., n, K) in [0, 1], max 1
     return e / xp.sum(e, axis=-1, keepdims=True)               # (..., n, K)

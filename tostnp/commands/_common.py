@@ -1,6 +1,8 @@
-"""Helpers shared by the CLI commands: device selection with a clear error."""
+"""Helpers shared by the CLI commands: device selection with a clear error, validated option types."""
 from __future__ import annotations
 
+import argparse
+import math
 import sys
 
 from .. import backend
@@ -26,5 +28,45 @@ def lm_training_text(config: dict, tokenizer, text_path: str | None = None) -> s
     ``text_path`` overrides the recorded path (None: as recorded; the default corpus if none).
     """
     from ..data import load_lm_text
-    train_ids, _, _ = load_lm_text(text_path or config.get("text_path"), tokenizer=tokenizer)
+    train_ids, _, _ = load_lm_text(config.get("text_path") if text_path is None else text_path, tokenizer=tokenizer)
     return tokenizer.decode(train_ids)
+
+
+# ---------------------------------------------------------------------------------------------
+# option types: argparse reports a failure as "error: argument --x: <message>" (exit 2)
+# ---------------------------------------------------------------------------------------------
+def int_at_least(lo: int):
+    """An argparse type: an integer >= lo (so 0 or -1 is refused where it makes no sense)."""
+    def parse(text):
+        try:
+            v = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"must be an integer >= {lo}, got {text!r}") from None
+        if v < lo:
+            raise argparse.ArgumentTypeError(f"must be an integer >= {lo}, got {text!r}")
+        return v
+    parse.__name__ = f"int >= {lo}"
+    return parse
+
+
+def finite_float(lo: float | None = None, *, strict: bool = False):
+    """An argparse type: a finite float (NaN and inf refused), optionally > lo or >= lo."""
+    rel = ">" if strict else ">="
+    want = "a finite number" + ("" if lo is None else f" {rel} {lo:g}")
+
+    def parse(text):
+        try:
+            v = float(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"must be {want}, got {text!r}") from None
+        if not math.isfinite(v) or (lo is not None and (v <= lo if strict else v < lo)):
+            raise argparse.ArgumentTypeError(f"must be {want}, got {text!r}")
+        return v
+    parse.__name__ = want
+    return parse
+
+
+POSITIVE_INT = int_at_least(1)
+NONNEG_INT = int_at_least(0)
+POSITIVE_FLOAT = finite_float(0.0, strict=True)
+NONNEG_FLOAT = finite_float(0.0)

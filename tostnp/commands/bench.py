@@ -16,22 +16,23 @@ from .. import backend
 from ..bench import (DEFAULT_SIZES, DEFAULT_CONTEXTS, run_benchmark, evaluate_targets,
                      format_report, write_plots)
 from ..io import atomic_write_text
+from ._common import POSITIVE_INT, NONNEG_INT, POSITIVE_FLOAT
 
 __all__ = ["add_arguments", "run"]
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     g = parser.add_argument_group("sizes")
-    g.add_argument("--sizes", type=int, nargs="+", default=None, metavar="N",
+    g.add_argument("--sizes", type=POSITIVE_INT, nargs="+", default=None, metavar="N",
                    help=f"sequence lengths N (default {' '.join(map(str, DEFAULT_SIZES))}; "
                         "--quick: 32 64)")
-    g.add_argument("--batch", type=int, default=None, help="batch B (default 4; --quick: 1)")
-    g.add_argument("--width", type=int, default=None, help="width C (default 384; --quick: 24)")
-    g.add_argument("--heads", type=int, default=None, help="heads h (default 6; --quick: 2)")
-    g.add_argument("--contexts", type=int, nargs="+", default=None, metavar="T",
+    g.add_argument("--batch", type=POSITIVE_INT, default=None, help="batch B (default 4; --quick: 1)")
+    g.add_argument("--width", type=POSITIVE_INT, default=None, help="width C (default 384; --quick: 24)")
+    g.add_argument("--heads", type=POSITIVE_INT, default=None, help="heads h (default 6; --quick: 2)")
+    g.add_argument("--contexts", type=POSITIVE_INT, nargs="+", default=None, metavar="T",
                    help="decoder context lengths (default "
                         f"{' '.join(map(str, DEFAULT_CONTEXTS))}; --quick: 16 32)")
-    g.add_argument("--decode-steps", type=int, default=None,
+    g.add_argument("--decode-steps", type=POSITIVE_INT, default=None,
                    help="decoder steps timed per context (default 64; --quick: 4)")
     g.add_argument("--quick", action="store_true",
                    help="tiny sizes, 1 repeat: a smoke run in seconds (figures meaningless)")
@@ -39,14 +40,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     r.add_argument("--dtype", choices=["float32", "float64"], default="float32")
     r.add_argument("--device", choices=["cpu", "gpu"], default="cpu",
                    help="cpu (NumPy) or gpu (CuPy; exits with status 2 if no GPU is usable)")
-    r.add_argument("--repeats", type=int, default=None,
+    r.add_argument("--repeats", type=POSITIVE_INT, default=None,
                    help="timed rounds, the median is reported (default 5; --quick: 1)")
-    r.add_argument("--warmup", type=int, default=1, help="untimed rounds first (default 1)")
-    r.add_argument("--max-mem-gb", type=float, default=8.0,
+    r.add_argument("--warmup", type=NONNEG_INT, default=1, help="untimed rounds first (default 1)")
+    r.add_argument("--max-mem-gb", type=POSITIVE_FLOAT, default=8.0,
                    help="skip a layer at a size whose estimated memory exceeds this (default 8)")
     r.add_argument("--no-train", action="store_true",
                    help="skip the training-throughput section")
-    r.add_argument("--seed", type=int, default=0)
+    r.add_argument("--seed", type=NONNEG_INT, default=0)
     r.add_argument("--out", default="bench_out",
                    help="output folder for bench_<device>.json and the plots (default ./bench_out)")
     r.add_argument("--no-progress", action="store_true", help="no tqdm progress bar")

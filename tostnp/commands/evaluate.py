@@ -12,7 +12,7 @@ import json
 import math
 import sys
 
-from ._common import add_device_argument, get_xp_or_exit
+from ._common import add_device_argument, get_xp_or_exit, POSITIVE_INT
 
 
 def add_arguments(parser) -> None:
@@ -21,7 +21,7 @@ def add_arguments(parser) -> None:
     add_device_argument(parser)
     parser.add_argument("--data-dir", default=None, help="vision: where MNIST/CIFAR-10 live")
     parser.add_argument("--text", default=None, help="LM: the text file (default: as trained)")
-    parser.add_argument("--batches", type=int, default=20,
+    parser.add_argument("--batches", type=POSITIVE_INT, default=20,
                         help="LM: validation batches to average [20]")
     parser.add_argument("--word-rate-samples", type=int, default=3,
                         help="LM: samples (prompt 'The ', 1000 characters, seeds 0..N-1) for the "
@@ -47,7 +47,7 @@ def run(args) -> int:
         return 2
     if kind == "vision":
         data = load_vision_data(config.get("data", "digits"),
-                                args.data_dir or config.get("data_dir"))
+                                config.get("data_dir") if args.data_dir is None else args.data_dir)
         val, val_fraction = None, config.get("val_fraction", 0.0)
         if val_fraction:  # the run's validation set, held out of its training images
             from ..data import split_validation
@@ -65,7 +65,8 @@ def run(args) -> int:
                     + text)
     else:
         tok = tokenizer_from_dict(config["tokenizer"])
-        train_ids, val_ids, tok = load_lm_text(args.text or config.get("text_path"),
+        train_ids, val_ids, tok = load_lm_text(config.get("text_path") if args.text is None
+                                               else args.text,
                                                tokenizer=tok)
         bs = int(config["train"]["batch_size"])
         task = LMTask(cfg, train_ids, val_ids, tok, batch_size=bs, eval_batches=args.batches,

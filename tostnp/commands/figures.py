@@ -11,14 +11,14 @@ from __future__ import annotations
 import os
 import sys
 
-from ._common import add_device_argument, get_xp_or_exit
+from ._common import add_device_argument, get_xp_or_exit, POSITIVE_INT
 
 
 def add_arguments(parser) -> None:
     parser.add_argument("--checkpoint", required=True,
                         help="run directory or checkpoint prefix of a vision run")
     parser.add_argument("--out", default=None, help="output directory [the checkpoint's]")
-    parser.add_argument("--num-images", type=int, default=4, help="images in the Pi figure [4]")
+    parser.add_argument("--num-images", type=POSITIVE_INT, default=4, help="images in the Pi figure [4]")
     parser.add_argument("--data-dir", default=None, help="where MNIST/CIFAR-10 live")
     add_device_argument(parser)
 
@@ -31,7 +31,7 @@ def run(args) -> int:
     from ..checkpoint import resolve_checkpoint
     try:
         prefix = resolve_checkpoint(args.checkpoint)
-        out = args.out or os.path.dirname(os.path.abspath(prefix))
+        out = os.path.dirname(os.path.abspath(prefix)) if args.out is None else args.out
         paths = vision_figures(prefix, out, xp=xp, num_images=args.num_images,
                                data_dir=args.data_dir)
     except (FileNotFoundError, ValueError) as e:

@@ -11,18 +11,18 @@ from __future__ import annotations
 
 import sys
 
-from ._common import add_device_argument, get_xp_or_exit
+from ._common import add_device_argument, get_xp_or_exit, NONNEG_INT, POSITIVE_INT, NONNEG_FLOAT
 
 
 def add_arguments(parser) -> None:
     parser.add_argument("--checkpoint", required=True,
                         help="run directory or checkpoint prefix of an LM run")
     parser.add_argument("--prompt", default="\n", help="text to continue [a newline]")
-    parser.add_argument("--length", type=int, default=200, help="characters to generate [200]")
-    parser.add_argument("--temperature", type=float, default=0.8,
+    parser.add_argument("--length", type=NONNEG_INT, default=200, help="characters to generate [200]")
+    parser.add_argument("--temperature", type=NONNEG_FLOAT, default=0.8,
                         help="softmax temperature; 0 = greedy [0.8]")
-    parser.add_argument("--top-k", type=int, default=None, help="sample from the k most likely")
-    parser.add_argument("--seed", type=int, default=0, help="sampling seed [0]")
+    parser.add_argument("--top-k", type=POSITIVE_INT, default=None, help="sample from the k most likely")
+    parser.add_argument("--seed", type=NONNEG_INT, default=0, help="sampling seed [0]")
     parser.add_argument("--text", default=None,
                         help="the training text file, for the word rate (default: as trained)")
     add_device_argument(parser)

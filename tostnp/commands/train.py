@@ -23,7 +23,8 @@ from dataclasses import replace
 from .. import backend
 from ..models import configs as C
 from ..seeds import parse_seeds, run_over_seeds
-from ._common import add_device_argument, get_xp_or_exit
+from ._common import (add_device_argument, get_xp_or_exit, POSITIVE_INT, NONNEG_INT,
+                      POSITIVE_FLOAT, NONNEG_FLOAT)
 
 def add_arguments(parser) -> None:
     sub = parser.add_subparsers(dest="model", metavar="{vision,lm}")
@@ -36,14 +37,14 @@ def add_arguments(parser) -> None:
     v.add_argument("--data", default="digits", choices=["digits", "mnist", "cifar10"],
                    help="dataset [digits]; mnist/cifar10 read local files from --data-dir")
     v.add_argument("--data-dir", default=None, help="directory with the MNIST/CIFAR-10 files")
-    v.add_argument("--epochs", type=int, default=None, help="training epochs (preset default)")
-    v.add_argument("--augment-shift", type=int, default=None,
+    v.add_argument("--epochs", type=POSITIVE_INT, default=None, help="training epochs (preset default)")
+    v.add_argument("--augment-shift", type=NONNEG_INT, default=None,
                    help="random translation by up to this many pixels (preset default)")
     v.add_argument("--pool", choices=["cls", "mean"], default=None,
                    help="class-attention (cls) or mean pooling")
-    v.add_argument("--patch-size", type=int, default=None)
-    v.add_argument("--layer-scale-init", type=float, default=None)
-    v.add_argument("--val-fraction", type=float, default=0.1,
+    v.add_argument("--patch-size", type=POSITIVE_INT, default=None)
+    v.add_argument("--layer-scale-init", type=NONNEG_FLOAT, default=None)
+    v.add_argument("--val-fraction", type=NONNEG_FLOAT, default=0.1,
                    help="share of each class of the training images held out as the validation "
                         "set (evaluated during training; the test set only at the end); "
                         "0 = none [0.1]")
@@ -56,16 +57,16 @@ def add_arguments(parser) -> None:
     m.add_argument("--config", default="tiny-char", choices=sorted(C.LM_CONFIGS),
                    help="model preset [tiny-char]")
     m.add_argument("--text", default=None, help="UTF-8 text file [Python's bundled docs]")
-    m.add_argument("--block-size", type=int, default=None, help="context length T (tokens)")
+    m.add_argument("--block-size", type=POSITIVE_INT, default=None, help="context length T (tokens)")
     m.add_argument("--tokenizer", choices=["char", "bpe"], default=None,
                    help="char: one token per character; bpe: subword tokens learnt on the "
                         "training text (see tostnp/bpe.py) [preset]")
-    m.add_argument("--vocab-size", type=int, default=None,
+    m.add_argument("--vocab-size", type=POSITIVE_INT, default=None,
                    help="symbols of the bpe tokenizer [preset]")
-    m.add_argument("--layer-scale-init", type=float, default=None)
-    m.add_argument("--eval-batches", type=int, default=8,
+    m.add_argument("--layer-scale-init", type=NONNEG_FLOAT, default=None)
+    m.add_argument("--eval-batches", type=POSITIVE_INT, default=8,
                    help="validation batches per evaluation [8]")
-    m.add_argument("--word-rate-samples", type=int, default=3,
+    m.add_argument("--word-rate-samples", type=NONNEG_INT, default=3,
                    help="samples (prompt 'The ', 1000 characters, seeds 0..N-1) whose word rate "
                         "is reported at the end; 0 = none [3]")
     _add_common(m, "runs/lm")
@@ -75,29 +76,30 @@ def add_arguments(parser) -> None:
 def _add_common(p, default_out) -> None:
     p.add_argument("--out", default=default_out, help=f"run directory [{default_out}]")
     add_device_argument(p)
-    p.add_argument("--steps", type=int, default=None, help="optimizer updates (overrides epochs)")
-    p.add_argument("--lr", type=float, default=None, help="peak learning rate")
-    p.add_argument("--min-lr", type=float, default=None, help="final learning rate [lr/10]")
-    p.add_argument("--warmup-steps", type=int, default=None)
-    p.add_argument("--weight-decay", type=float, default=None)
-    p.add_argument("--batch-size", type=int, default=None)
-    p.add_argument("--width", type=int, default=None, help="model width C")
-    p.add_argument("--depth", type=int, default=None, help="number of ToST blocks")
-    p.add_argument("--heads", type=int, default=None, help="number of heads h")
-    p.add_argument("--seed", type=int, default=0, help="seed for init and data order [0]")
+    p.add_argument("--steps", type=POSITIVE_INT, default=None, help="optimizer updates (overrides epochs)")
+    p.add_argument("--lr", type=POSITIVE_FLOAT, default=None, help="peak learning rate")
+    p.add_argument("--min-lr", type=NONNEG_FLOAT, default=None, help="final learning rate [lr/10]")
+    p.add_argument("--warmup-steps", type=NONNEG_INT, default=None)
+    p.add_argument("--weight-decay", type=NONNEG_FLOAT, default=None)
+    p.add_argument("--batch-size", type=POSITIVE_INT, default=None)
+    p.add_argument("--width", type=POSITIVE_INT, default=None, help="model width C")
+    p.add_argument("--depth", type=POSITIVE_INT, default=None, help="number of ToST blocks")
+    p.add_argument("--heads", type=POSITIVE_INT, default=None, help="number of heads h")
+    p.add_argument("--seed", type=NONNEG_INT, default=0, help="seed for init and data order [0]")
     p.add_argument("--seeds", default=None, metavar="LIST",
                    help="run once per seed, e.g. 0-4 or 0,2,7: each run in --out/seed-S, then "
                         "mean ± sd over the seeds (printed and written to --out/seeds.json)")
-    p.add_argument("--eval-every", type=int, default=None, help="evaluate every N updates")
-    p.add_argument("--checkpoint-every", type=int, default=0,
-                   help="also checkpoint every N updates (always at the end) [0]")
-    p.add_argument("--stop-at", type=int, default=None,
+    p.add_argument("--eval-every", type=NONNEG_INT, default=None, help="evaluate every N updates")
+    p.add_argument("--checkpoint-every", type=NONNEG_INT, default=None,
+                   help="checkpoint every N updates, and always at the end and on Ctrl-C "
+                        "(0 = only then) [every 5%% of the run]")
+    p.add_argument("--stop-at", type=POSITIVE_INT, default=None,
                    help="stop after N updates (keeping the full schedule) and checkpoint; "
                         "continue later with --resume")
     p.add_argument("--resume", action="store_true",
                    help="continue the run in --out from its checkpoint (settings from there)")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
-    p.add_argument("--blas-threads", type=int, default=1,
+    p.add_argument("--blas-threads", type=NONNEG_INT, default=1,
                    help="BLAS threads for the CPU run [1]: the tiny models' matrices are too "
                         "small for more to pay off, and on a busy machine extra BLAS threads "
                         "spin and slow every matmul down; 0 = BLAS default")
@@ -139,7 +141,7 @@ def _train_over_seeds(args, xp, seeds) -> int:
         sub = argparse.Namespace(**{**vars(args), "seed": seed, "no_progress": True,
                                     "out": os.path.join(root, f"seed-{seed}"),
                                     "resume": args.resume and os.path.isfile(
-                                        os.path.join(root, f"seed-{seed}", "checkpoint.json")),
+                                        os.path.join(root, f"seed-{seed}", "checkpoint.npz")),
                                     "quiet": seed != seeds[0]})
         rc, res = args._train(sub, xp)
         if rc or res is None:
@@ -183,16 +185,36 @@ class _SeedFailed(Exception):
         self.rc = rc
 
 
-def _load_resume_config(args):
-    from ..checkpoint import load_checkpoint
-    from ..train import train_config_from_dict
+def _given(value, default):
+    """The option's value when given (0 included: it is validated, never silently replaced)."""
+    return default if value is None else value
+
+
+def _field(config, key, typ, out):
+    v = config.get(key)
+    if isinstance(v, bool) or not isinstance(v, typ) or (typ is int and v < 0):
+        raise ValueError(f"checkpoint in {out}: {key!r} must be a {typ.__name__}"
+                         f"{' >= 0' if typ is int else ''}, got {v!r}")
+    return v
+
+
+def _load_resume_config(args, kind):
+    """(config dict, TrainConfig, model cfg) of the checkpoint in --out, all validated."""
+    from ..models import read_model_checkpoint
+    from ..models.configs import dataclass_from_dict
+    from ..train import TrainConfig
     prefix = os.path.join(args.out, "checkpoint")
-    if not os.path.isfile(prefix + ".json"):
-        print(f"error: --resume: no checkpoint in {args.out}", file=sys.stderr)
-        return None
-    _, config, _, _ = load_checkpoint(prefix)
-    tcfg = replace(train_config_from_dict(config["train"]), stop_at=args.stop_at)
-    return config, tcfg
+    if not os.path.isfile(prefix + ".npz"):
+        raise FileNotFoundError(f"--resume: no checkpoint in {args.out}")
+    _, cfg, _, config, _, _ = read_model_checkpoint(prefix, expect_kind=kind)
+    known = {"steps", "batch_size", "lr", "min_lr", "warmup_steps", "weight_decay", "beta1",
+             "beta2", "grad_clip", "eval_every", "log_every", "checkpoint_every", "seed"}
+    train = config.get("train")
+    if not isinstance(train, dict):
+        raise ValueError(f"checkpoint {prefix}.npz has no training settings ('train')")
+    tcfg = dataclass_from_dict(TrainConfig, {k: v for k, v in train.items() if k in known},
+                            f"checkpoint {prefix}.npz: train config")
+    return config, replace(tcfg, stop_at=args.stop_at).validate(), cfg
 
 
 def _say(args, text) -> None:
@@ -233,13 +255,12 @@ def _run_vision(args, xp):
     from ..models.vision import describe
     from ..train import TrainConfig
     if args.resume:
-        got = _load_resume_config(args)
-        if got is None:
-            return 2, None
-        config, tcfg = got
-        cfg = C.config_from_dict(config)[1]
-        data_name, data_dir = config["data"], config.get("data_dir")
-        shift = config["augment_shift"]
+        config, tcfg, cfg = _load_resume_config(args, "vision")
+        data_name = _field(config, "data", str, args.out)
+        data_dir = config.get("data_dir")
+        if data_dir is not None and not isinstance(data_dir, str):
+            raise ValueError(f"checkpoint in {args.out}: 'data_dir' must be a string or null")
+        shift = _field(config, "augment_shift", int, args.out)
         val_fraction = config.get("val_fraction", 0.0)
     else:
         d = C.get_vision_train_preset(args.config)
@@ -266,14 +287,14 @@ def _run_vision(args, xp):
         print(f"error: {e}", file=sys.stderr)
         return 2, None
     if not args.resume:
-        bs = min(args.batch_size or d.batch_size, len(data[0]))
+        bs = min(_given(args.batch_size, d.batch_size), len(data[0]))
         spe = len(data[0]) // bs
-        epochs = args.epochs or d.epochs
-        steps = args.steps or epochs * spe
+        epochs = _given(args.epochs, d.epochs)
+        steps = _given(args.steps, epochs * spe)
         warm = args.warmup_steps if args.warmup_steps is not None else \
             min(d.warmup_epochs * spe, steps)
-        tcfg = TrainConfig(steps=steps, batch_size=bs, lr=args.lr or d.lr, min_lr=args.min_lr,
-                           warmup_steps=min(warm, steps),
+        tcfg = TrainConfig(steps=steps, batch_size=bs, lr=_given(args.lr, d.lr),
+                           min_lr=args.min_lr, warmup_steps=min(warm, steps),
                            weight_decay=d.weight_decay if args.weight_decay is None
                            else args.weight_decay,
                            eval_every=args.eval_every if args.eval_every is not None else
@@ -304,7 +325,7 @@ def _run_vision(args, xp):
     from ..figures import vision_figures
     paths = vision_figures(os.path.join(args.out, "checkpoint"), args.out, xp=xp)
     _say(args, "figures: " + ", ".join(paths))
-    _say(args, f"run directory: {args.out} (checkpoint.npz/.json, metrics.jsonl, result.json, "
+    _say(args, f"run directory: {args.out} (checkpoint.npz + .json, metrics.jsonl, result.json, "
                f"curves.png)")
     return 0, result
 
@@ -322,18 +343,19 @@ def _run_lm(args, xp):
               file=sys.stderr)
         return 2, None
     if args.resume:
-        got = _load_resume_config(args)
-        if got is None:
-            return 2, None
-        config, tcfg = got
-        cfg = C.config_from_dict(config)[1]
+        config, tcfg, cfg = _load_resume_config(args, "lm")
         text_path = config.get("text_path")
-        tok = tokenizer_from_dict(config["tokenizer"])
+        if text_path is not None and not isinstance(text_path, str):
+            raise ValueError(f"checkpoint in {args.out}: 'text_path' must be a string or null")
+        tok = tokenizer_from_dict(_field(config, "tokenizer", dict, args.out))
         eval_batches = config.get("eval_batches", 8)
+        if isinstance(eval_batches, bool) or not isinstance(eval_batches, int) \
+                or eval_batches < 1:
+            raise ValueError(f"checkpoint in {args.out}: 'eval_batches' must be an int >= 1")
     else:
         text_path, tok = (os.path.abspath(args.text) if args.text else None), None
-    kind = args.tokenizer or C.LM_TRAIN_PRESET.tokenizer
-    vocab = args.vocab_size or C.LM_TRAIN_PRESET.vocab_size
+    kind = _given(args.tokenizer, C.LM_TRAIN_PRESET.tokenizer)
+    vocab = _given(args.vocab_size, C.LM_TRAIN_PRESET.vocab_size)
     try:
         train_ids, val_ids, tok = load_lm_text(text_path, tokenizer=tok, kind=kind,
                                                vocab_size=vocab)
@@ -346,9 +368,9 @@ def _run_lm(args, xp):
                               block_size=args.block_size,
                               layer_scale_init=args.layer_scale_init)
         d = C.LM_TRAIN_PRESET
-        steps = args.steps or d.steps
-        tcfg = TrainConfig(steps=steps, batch_size=args.batch_size or d.batch_size,
-                           lr=args.lr or d.lr, min_lr=args.min_lr,
+        steps = _given(args.steps, d.steps)
+        tcfg = TrainConfig(steps=steps, batch_size=_given(args.batch_size, d.batch_size),
+                           lr=_given(args.lr, d.lr), min_lr=args.min_lr,
                            warmup_steps=min(args.warmup_steps if args.warmup_steps is not None
                                             else d.warmup_steps, steps),
                            weight_decay=d.weight_decay if args.weight_decay is None

@@ -7,13 +7,14 @@ import numpy as np
 
 from .. import verify
 from ..verify import checks
+from ._common import NONNEG_INT, POSITIVE_INT
 
 __all__ = ["add_arguments", "run"]
 
 
 def add_arguments(parser):
-    parser.add_argument("--seed", type=int, default=0, help="seed of the random test data (default 0)")
-    parser.add_argument("--draws", type=int, default=20,
+    parser.add_argument("--seed", type=NONNEG_INT, default=0, help="seed of the random test data (default 0)")
+    parser.add_argument("--draws", type=POSITIVE_INT, default=20,
                         help="random orthogonal bases U tried for the bound R_c <= R^var_c (default 20)")
 
 

@@ -7,11 +7,35 @@ from a preset and overrides single fields (``--width``, ``--lr``, ...).
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, fields, replace
 
 __all__ = ["VisionConfig", "LMConfig", "VISION_CONFIGS", "LM_CONFIGS", "get_vision_config",
            "get_lm_config", "VisionTrainPreset", "LMTrainPreset", "VISION_TRAIN_PRESETS",
-           "LM_TRAIN_PRESET", "get_vision_train_preset", "config_from_dict"]
+           "LM_TRAIN_PRESET", "get_vision_train_preset", "config_from_dict",
+           "dataclass_from_dict"]
+
+# Upper limits on sizes read from files (a crafted or mistyped checkpoint must not make us
+# allocate without bound); every published model is far inside them.
+SIZE_LIMITS = {"image_size": 4096, "in_chans": 64, "patch_size": 4096, "num_classes": 1_000_000,
+               "width": 16384, "depth": 1024, "num_heads": 1024, "mlp_ratio": 64,
+               "num_cls_blocks": 64, "vocab_size": 1_000_000, "block_size": 1_048_576}
+
+
+def _check_fields(cfg, int_fields, float_fields) -> None:
+    """Types and ranges of the fields (bool is not an int; floats finite; sizes within limits)."""
+    for f in int_fields:
+        v = getattr(cfg, f)
+        if isinstance(v, bool) or not isinstance(v, int):
+            raise ValueError(f"{f} must be an int, got {v!r}")
+        if not 1 <= v <= SIZE_LIMITS[f]:
+            raise ValueError(f"{f} must be in [1, {SIZE_LIMITS[f]:,}], got {v!r}")
+    for f, positive in float_fields.items():
+        v = getattr(cfg, f)
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) \
+                or (v <= 0 if positive else v < 0):
+            raise ValueError(f"{f} must be a finite number {'>' if positive else '>='} 0, "
+                             f"got {v!r}")
 
 
 @dataclass(frozen=True)
@@ -63,6 +87,9 @@ class VisionConfig:
         return self.image_size // self.patch_size
 
     def validate(self) -> "VisionConfig":
+        _check_fields(self, ("image_size", "in_chans", "patch_size", "num_classes", "width",
+                             "depth", "num_heads", "mlp_ratio", "num_cls_blocks"),
+                      {"layer_scale_init": False, "ln_eps": True, "init_std": False})
         if self.image_size % self.patch_size:
             raise ValueError(f"image_size ({self.image_size}) must be a multiple of "
                              f"patch_size ({self.patch_size})")
@@ -77,10 +104,6 @@ class VisionConfig:
         if self.stem == "conv":
             from ..nn.stem import stem_channels
             stem_channels(self.in_chans, self.width, self.patch_size)   # ValueError if unfit
-        for f in ("image_size", "in_chans", "patch_size", "num_classes", "width", "depth",
-                  "num_heads", "mlp_ratio"):
-            if getattr(self, f) < 1:
-                raise ValueError(f"{f} must be >= 1, got {getattr(self, f)}")
         return self
 
 
@@ -114,12 +137,12 @@ class LMConfig:
         return self.bias if self.ln_bias is None else self.ln_bias
 
     def validate(self) -> "LMConfig":
+        _check_fields(self, ("vocab_size", "block_size", "width", "depth", "num_heads",
+                             "mlp_ratio"),
+                      {"layer_scale_init": False, "ln_eps": True, "init_std": False})
         if self.width % self.num_heads:
             raise ValueError(f"width ({self.width}) must be a multiple of num_heads "
                              f"({self.num_heads})")
-        for f in ("vocab_size", "block_size", "width", "depth", "num_heads", "mlp_ratio"):
-            if getattr(self, f) < 1:
-                raise ValueError(f"{f} must be >= 1, got {getattr(self, f)}")
         if self.gelu not in ("tanh", "erf"):
             raise ValueError(f"gelu must be 'tanh' or 'erf', got {self.gelu!r}")
         for f in ("bias", "ln_bias"):
@@ -250,4 +273,23 @@ def config_from_dict(config: dict):
     if bad:
         raise ValueError(f"checkpoint model config has unknown field(s) {bad}")
     merged = {**{k: v for k, v in _LEGACY[kind].items()}, **model}
-    return kind, cls(**merged).validate()
+    try:
+        return kind, cls(**merged).validate()
+    except (TypeError, ValueError) as e:
+        raise ValueError(f"checkpoint model config: {e}") from None
+
+
+def dataclass_from_dict(cls, d, where: str = "config"):
+    """``cls(**d).validate()`` for a dict read from a file: unknown keys, wrong types and
+    out-of-range sizes raise ValueError naming ``where`` and the field (missing keys take the
+    defaults)."""
+    if not isinstance(d, dict):
+        raise ValueError(f"{where} must be a JSON object, got {type(d).__name__}")
+    known = {f.name for f in fields(cls)}
+    bad = sorted(set(d) - known)
+    if bad:
+        raise ValueError(f"{where}: unknown field(s) {bad}; fields are {sorted(known)}")
+    try:
+        return cls(**d).validate()
+    except (TypeError, ValueError) as e:
+        raise ValueError(f"{where}: {e}") from None

@@ -16,7 +16,7 @@ LayerScale, MLP act on each token alone) and carries only the TSSA prefix statis
 """
 from __future__ import annotations
 
-from .._validate import check_array
+from .._validate import check_array, check_positive
 from ..params import check_params, sub, prefixed
 from .layers import (LN_EPS, layer_norm_forward, layer_norm_backward, mlp_forward, mlp_backward,
                      layer_scale_forward, layer_scale_backward)
@@ -60,6 +60,7 @@ def tost_block_forward(x, params, num_heads: int, causal: bool = False,
     holds the prefix statistics after the last token (to continue with the decoder).
     """
     check_array(x, "x", ndim=3, shape_desc="(B, N, C)")
+    ln_eps = check_positive(ln_eps, "ln_eps")
     C = x.shape[-1]
     tssa_p, mlp_p = _split(params, C, num_heads, causal, x.dtype)
     a, c_ln1 = layer_norm_forward(x, params["ln1.gamma"], params.get("ln1.beta"), eps=ln_eps)
@@ -147,6 +148,7 @@ def tost_block_decode_step(state, x_t, params, num_heads: int, t: int,
     their config's ``ln_eps``).
     """
     check_array(x_t, "x_t", ndim=2, shape_desc="(B, C)")
+    ln_eps = check_positive(ln_eps, "ln_eps")
     C = x_t.shape[-1]
     tssa_p, mlp_p = _split(params, C, num_heads, True, x_t.dtype)
     a, _ = layer_norm_forward(x_t, params["ln1.gamma"], params.get("ln1.beta"), eps=ln_eps)

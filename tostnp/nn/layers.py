@@ -17,7 +17,7 @@ from __future__ import annotations
 import math
 
 from .. import backend
-from .._validate import check_array
+from .._validate import check_array, check_positive
 from ..params import check_param, check_params
 
 # The one default LayerNorm eps of tostnp.nn (PyTorch's); the model configs set their own
@@ -99,7 +99,7 @@ def layer_norm_forward(x, gamma, beta, eps=LN_EPS):
     check_param(gamma, "gamma", (C,), x.dtype)
     if beta is not None:
         check_param(beta, "beta", (C,), x.dtype)
-    eps = float(eps)
+    eps = check_positive(eps, "eps")
     xp = backend.namespace(x)
     mu = xp.mean(x, axis=-1, keepdims=True)                        # (..., 1)
     xc = x - mu                                                    # (..., C)
