@@ -63,7 +63,7 @@ def _scan(a, xp, reverse: bool = False):
     main = a[:, :T0, :] if T0 < T else a
     within = tri @ xp.reshape(main, (B, nb, L, F))                               # (B, nb, L, F)
     tot = within[:, :, 0 if reverse else L - 1, :]                               # (B, nb, F)
-    carry = _scan(tot, xp, reverse) - tot                       # exclusive scan of the block totals
+    carry = _exclusive(_scan(tot, xp, reverse), xp, reverse)   # sums of the OTHER blocks before
     within += xp.reshape(carry, (B, nb, 1, F))
     out = xp.reshape(within, (B, T0, F))                                         # (B, T0, F)
     if T0 == T:
@@ -74,6 +74,20 @@ def _scan(a, xp, reverse: bool = False):
     else:
         tail = tail + out[:, T0 - 1:, :]
     return xp.concat([out, tail], axis=1)
+
+
+def _exclusive(incl, xp, reverse: bool = False):
+    """Exclusive prefix (or, with ``reverse``, suffix) sums from inclusive ones, by a shift:
+    prefix: out_t = incl_{t-1} (out_0 = 0); suffix: out_t = incl_{t+1} (out_{T-1} = 0).
+
+    Never ``incl - a``: when one term is much larger than the rest (a tiny S1 early in the
+    sequence puts a huge 1/S1 into the backward), the subtraction would cancel every digit of
+    the small remainder; the shift is exact.
+    """
+    zero = xp.zeros_like(incl[:, :1, ...])
+    if reverse:
+        return xp.concat([incl[:, 1:, ...], zero], axis=1)
+    return xp.concat([zero, incl[:, :-1, ...]], axis=1)
 
 
 # --------------------------------------------------------------------------------------------
@@ -92,8 +106,13 @@ def causal_forward(x, params, h, p, xp):
     active = xp.astype(S1 > S1_EPS, x.dtype) if clamped else None                # (B, T, C)
     inv_S1 = 1.0 / (xp.clip(S1, min=S1_EPS) if clamped else S1)                  # (B, T, C)
     state_S1 = xp.asarray(S1[:, T - 1, :], copy=True)                            # (B, C)
-    del S1
     ratio = sq * inv_S1                                                          # (B, T, C)
+    # 1 - ratio = S1_{t-1} / S1_t for the backward, from the exclusive prefix sum (exact; the
+    # difference 1 - ratio would lose every digit where w_t^2 dominates S1_t); 1 where clamped
+    keep = _exclusive(S1, xp) * inv_S1                                           # (B, T, C)
+    if clamped:
+        keep = xp.where(active > 0, keep, xp.ones_like(keep))
+    del S1
     # q_tk: a sum over each head's p contiguous coordinates (eq-causal-pi)
     q = xp.sum(split_heads(ratio, h, p, xp), axis=-1) + float(p) * bias          # (B, T, h)
     Pi = softmax_heads(temp * q, xp)                                             # (B, T, h)
@@ -118,7 +137,8 @@ def causal_forward(x, params, h, p, xp):
     if "b_o" in params:
         y += params["b_o"]
     cache = {"causal": True, "x": x, "params": params, "h": h, "p": p,
-             "w": w, "sq": sq, "inv_S1": inv_S1, "active": active, "ratio": ratio, "q": q,
+             "w": w, "sq": sq, "inv_S1": inv_S1, "active": active, "ratio": ratio,
+             "keep": keep, "q": q,
              "n_Pi": n_Pi, "r": r, "v": v, "decode_state": state,
              "Pi": xp.permute_dims(Pi, (0, 2, 1))}                               # (B, h, T)
     return y, cache
@@ -174,15 +194,17 @@ def causal_backward(dy, cache, xp):
     g_S1 *= -1.0
     if cache["active"] is not None:
         g_S1 *= cache["active"]
-    # S1 = prefix(sq): sq receives suffix(g_S1)
-    G1 = _scan(g_S1, xp, reverse=True)                                           # (B, T, C)
+    # S1 = prefix(sq): sq_s receives suffix(g_S1)_s = g_S1_s + sum_{t>s} g_S1_t. Token s's own
+    # term joins the direct one: g_q / S1 + g_S1 = g_q (1 - ratio) / S1 = g_q keep / S1, and
+    # only the EXCLUSIVE suffix sum G1 is added -- no huge g_q / S1 cancelled by its negative
+    G1 = _exclusive(_scan(g_S1, xp, reverse=True), xp, reverse=True)             # (B, T, C)
     del g_S1, g_S1_h
-    # g_sq = g_q / S1 + G1 + Pi G2, and g_w = 2 w g_sq + g_a Pi, grouped as
-    # g_w = 2 w (g_q / S1 + G1) + Pi (g_a + 2 w G2): Pi multiplies once, per head
-    g_w = merge_heads(split_heads(cache["inv_S1"], h, p, xp) * g_q_h, xp)        # (B, T, C)
+    # g_sq = g_q keep / S1 + G1 + Pi G2, and g_w = 2 w g_sq + g_a Pi, grouped as
+    # g_w = 2 w (g_q keep / S1 + G1) + Pi (g_a + 2 w G2): Pi multiplies once, per head
+    g_w = merge_heads(split_heads(cache["inv_S1"] * cache["keep"], h, p, xp) * g_q_h, xp)
     g_w += G1
     g_w *= w
-    g_w *= 2.0                                                                   # 2 w (g_q/S1 + G1)
+    g_w *= 2.0                                                        # 2 w (g_q keep/S1 + G1)
     G2 *= w
     G2 *= 2.0
     g_a += G2                                                                    # g_a + 2 w G2
