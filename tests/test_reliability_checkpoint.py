@@ -4,6 +4,7 @@ The kill loop runs a child process that saves checkpoints in a loop and kills it
 random instants; after every kill the newest complete checkpoint must load, whole and consistent.
 TOSTNP_KILL_RUNS sets the number of kills (20 here; run it with 100 for a longer check).
 """
+import hashlib
 import json
 import os
 import random
@@ -183,13 +184,18 @@ def test_unknown_and_missing_parameters_refused(runs, tmp_path):
 
 
 def _rewrite_member(npz, name, payload, compress=zipfile.ZIP_STORED):
-    """Add (or replace) a raw member in an npz, keeping the others."""
+    """Add (or replace) a raw member in an npz, keeping the others; the json copy's checksum
+    is updated to match, as a hostile file would have it."""
     with zipfile.ZipFile(npz) as z:
         members = {i.filename: z.read(i) for i in z.infolist()}
     members[name] = payload
     with zipfile.ZipFile(npz, "w") as z:
         for k, v in members.items():
             z.writestr(k, v, compress_type=compress if k == name else zipfile.ZIP_STORED)
+    js = npz[:-4] + ".json"
+    meta = json.load(open(js))
+    meta["npz_sha256"] = hashlib.sha256(open(npz, "rb").read()).hexdigest()
+    json.dump(meta, open(js, "w"))
 
 
 def _npy(a):
@@ -205,7 +211,7 @@ def test_compressed_member_refused(tmp_path):
     # 64 MB of zeros deflate to ~64 KB: a "zip bomb" in miniature
     _rewrite_member(npz, "params/Z.npy", _npy(np.zeros(8 << 20)), zipfile.ZIP_DEFLATED)
     assert os.path.getsize(npz) < 1 << 20
-    with pytest.raises(ValueError, match="compressed"):
+    with pytest.raises(ValueError, match="is compressed"):
         load_checkpoint(prefix)
 
 
