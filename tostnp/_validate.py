@@ -28,7 +28,7 @@ def check_array(x, name: str, *, min_ndim: int = 0, ndim: int | None = None,
     # float16 is refused, not computed: its 11-bit mantissa and 65504 range give NaN or
     # meaningless results in the log-determinants, softmaxes and scans of this package
     if floating and x.dtype not in (xp.float32, xp.float64):
-        raise TypeError(f"{name} must have dtype float32 or float64, got {x.dtype}")
+        raise TypeError(f"{name} must have a real floating dtype, float32 or float64, got {x.dtype}")
     return xp
 
 
