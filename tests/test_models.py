@@ -62,7 +62,7 @@ def r_vision_loss(P, images, y, cfg):
 
 
 def r_cab_published(cls, x, P, pre, cfg):
-    """XCiT's class-attention block with tokens_norm (tost-math §8, item 4), as written there:
+    """XCiT's class-attention block with tokens_norm (as the published models compute it):
     class token -> LN2(c) + gamma2 MLP(LN2(c)) with c = cls + gamma1 CA(LN1([cls; x]));
     patch token t -> 2 LN2(t + gamma1 LN1(t))."""
     eps, g1, g2 = cfg.ln_eps, P[pre + "ls1.gamma"], P[pre + "ls2.gamma"]

@@ -52,7 +52,7 @@ class VisionConfig:
     published; the tiny digits preset uses 0.1, which on 1347 training images reaches 97% in
     about half the epochs -- measured with the "tiny-digits" training preset below).
 
-    The published form (tost-math §8; presets "T" and "S"): stem "conv" (3x3 stride-2
+    The published form (presets "T" and "S"): stem "conv" (3x3 stride-2
     convolutions with BatchNorm, :mod:`tostnp.nn.stem`; patch_size a power of two) instead of
     "linear" (one linear map per patch); pos "fourier" (fixed Fourier features + a learned
     projection, :mod:`tostnp.nn.position`) instead of "learned" (a table of N x C); gelu "erf"

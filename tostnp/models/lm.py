@@ -7,7 +7,7 @@
 The head is tied to the token embedding, so the gradient of ``wte`` is the SUM of its two uses
 (the embedding lookup, scattered by token id, and the output projection).
 
-Init (tost-math §5): every weight N(0, 0.02); the two output projections of each block
+Init (as in the published ToST language models): every weight N(0, 0.02); the two output projections of each block
 (TSSA ``W_o`` and MLP ``W2``) N(0, 0.02 / sqrt(2 * depth)); LayerScale gammas 1e-5; LN eps 1e-5.
 ``cfg.bias`` adds linear biases and LayerNorm shifts (nanoGPT's ``bias``; the published training
 uses False: neither); ``cfg.ln_bias`` keeps the shifts alone ("tiny-char" has them).

@@ -11,7 +11,7 @@ published block (XCiT with tokens_norm, which also re-normalises the patch token
 class-attention block sees); ``cab="cls-only"`` is CaiT's variant and ``pool="mean"`` replaces
 class attention by the mean of the patch tokens.
 
-The published ToST-T/S (built on XCiT, tost-math §8) are the configs "T" and "S": stem "conv"
+The published ToST-T/S (built on XCiT) are the configs "T" and "S": stem "conv"
 (3x3 stride-2 convolutions with BatchNorm and GELU, :mod:`tostnp.nn.stem`), pos "fourier"
 (fixed Fourier features with a learned projection, :mod:`tostnp.nn.position`), gelu "erf", and
 the published class-attention block; their parameter counts are the published 5,769,328 and

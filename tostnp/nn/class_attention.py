@@ -98,8 +98,7 @@ def class_attention_block_forward(cls, tokens, params, num_heads: int, ln_eps: f
                                   form: str = "published", gelu: str = "tanh"):
     """cls (B, 1, C), tokens (B, N, C) -> (new cls (B, 1, C), new tokens (B, N, C), cache).
 
-    form "published" (XCiT with tokens_norm=True, the block of the published ToST models,
-    tost-math §8)::
+    form "published" (XCiT with tokens_norm=True, the block of the published ToST models)::
 
         u = [cls; tokens],   un = LN1(u)                                   # (B, 1+N, C)
         x = u + gamma1 * [ClassAttention(un); un_patches]                  # patches re-normalised
