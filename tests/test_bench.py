@@ -110,3 +110,28 @@ def test_bad_options_and_missing_gpu(tmp_path, capsys, monkeypatch):
     assert main(["bench", "--quick", "--device", "gpu", "--out", str(tmp_path / "g")]) == 2
     assert "GPU" in capsys.readouterr().err
     assert not (tmp_path / "g").exists()
+
+
+def test_train_bench_smoke(tmp_path, capsys):
+    """bench --train: tiny shapes, every bench and the plain comparison, no timing asserts."""
+    rc = main(["bench", "--train", "--quick", "--repeats", "1", "--compare-plain",
+               "--threads", "1", "--no-progress", "--out", str(tmp_path)])
+    assert rc == 0
+    with open(tmp_path / "bench_train_cpu.json") as f:
+        r = json.load(f)
+    assert r["meta"]["blas_threads"] == [1] or r["meta"]["blas_threads"] == []
+    for name in ("lm", "vision", "block", "lm:plain", "vision:plain", "block:plain"):
+        e = r["train"][name]
+        for key in ("step_s", "steps_per_s", "items_per_s", "forward_s", "backward_s",
+                    "optimiser_s"):
+            assert math.isfinite(e[key]) and e[key] > 0, (name, key)
+        assert e["minflt_per_step"] >= 0
+        assert e["forward_s"] + e["backward_s"] + e["optimiser_s"] <= 1.01 * e["step_s"]
+    assert r["train"]["lm"]["ratio_fast_plain"] > 0
+    out = capsys.readouterr().out
+    assert "fast path / plain path" in out and "faults/step" in out
+
+
+def test_train_bench_rejects_unknown_bench(tmp_path, capsys):
+    rc = main(["bench", "--train", "--benches", "gpt", "--out", str(tmp_path)])
+    assert rc == 1 and "--benches" in capsys.readouterr().err

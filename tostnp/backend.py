@@ -10,17 +10,27 @@ cover live here and only here:
 * scatter-add            -> :func:`scatter_add` (embedding backward);
 * moving to the host     -> :func:`to_host` (plots, saving, printing);
 * the error function     -> :func:`erf` (the exact GELU; SciPy / CuPy, or a standard-only form).
+
+It is also the one switch for the CPU fast path: :func:`fused` hands out :mod:`tostnp.fused`
+(fewer passes over memory, no temporaries, for NumPy arrays only) where the plain array-API code
+is measured hot; CuPy and ``array_api_strict`` always run the plain code, which stays the
+specification. :func:`threads` sets the CPU thread count of BLAS, and :func:`keep_freed_memory`
+keeps freed arrays in the process instead of handing them back to the operating system (so a
+training step reuses warm memory rather than faulting in fresh pages).
 """
 from __future__ import annotations
 
+import contextlib
 import math
+import os
 
 import numpy as np
 import array_api_compat
 
 __all__ = [
     "namespace", "get_xp", "gpu_available", "device_of", "to_host", "from_host",
-    "scatter_add", "RNG", "is_numpy", "erf", "erf_array_api",
+    "scatter_add", "RNG", "is_numpy", "erf", "erf_array_api", "fused", "set_fast", "threads",
+    "cpu_cores", "keep_freed_memory",
 ]
 
 
@@ -35,6 +45,82 @@ def is_numpy(xp) -> bool:
 
 def is_cupy(xp) -> bool:
     return array_api_compat.is_cupy_namespace(xp)
+
+
+# --------------------------------------------------------------------------------------------
+# the CPU fast path
+# --------------------------------------------------------------------------------------------
+_NUMPY_NAMES = ("numpy", "array_api_compat.numpy")
+_fast_on = os.environ.get("TOSTNP_FAST", "1") != "0"
+
+
+def fused(xp):
+    """The NumPy fast kernels (module :mod:`tostnp.fused`) for namespace ``xp``, or None.
+
+    Layers ask ``fast = backend.fused(xp)`` and run ``fast.<op>`` when it is not None, the
+    plain array-API code otherwise. None for CuPy, ``array_api_strict`` and any other
+    namespace, and for NumPy too after ``set_fast(False)`` (or with ``TOSTNP_FAST=0`` in the
+    environment), which is how tests compare the two paths.
+    """
+    if _fast_on and getattr(xp, "__name__", None) in _NUMPY_NAMES:
+        from . import fused as _fused
+        return _fused
+    return None
+
+
+def set_fast(on: bool) -> bool:
+    """Switch the NumPy fast path on or off for the whole process; returns the old setting."""
+    global _fast_on
+    old, _fast_on = _fast_on, bool(on)
+    return old
+
+
+def cpu_cores() -> int:
+    """CPU cores this process may run on (its affinity set where the OS reports one)."""
+    try:
+        return len(os.sched_getaffinity(0)) or 1
+    except (AttributeError, OSError):
+        return os.cpu_count() or 1
+
+
+@contextlib.contextmanager
+def threads(n: int | None):
+    """CPU threads for BLAS (OpenBLAS/MKL, via threadpoolctl) inside the ``with`` block.
+
+    ``n`` None or 0 leaves the library defaults alone. The fast path's kernels are NumPy
+    elementwise operations, which run on one thread, so BLAS is the only pool to set.
+    """
+    if not n:
+        yield
+        return
+    if isinstance(n, bool) or not isinstance(n, int) or n < 0:
+        raise ValueError(f"threads must be a positive int (or 0 for the default), got {n!r}")
+    from threadpoolctl import threadpool_limits
+    with threadpool_limits(limits=n, user_api="blas"):
+        yield
+
+
+def keep_freed_memory() -> bool:
+    """Ask glibc's allocator to keep freed memory in the process (Linux/glibc only).
+
+    By default glibc serves every allocation above a threshold (128 KiB, growing to at most
+    32 MiB) with a fresh ``mmap`` and unmaps it on free, so each training step faults in its
+    activations page by page again (the kernel zeroes every page). Raising the mmap threshold to
+    its maximum and disabling the trimming of the heap's top keeps freed arrays for reuse.
+    Arrays above 32 MiB are still mapped fresh. Returns True when the settings were applied.
+    Process-wide and idempotent; the CLI's train and bench commands call it.
+    """
+    try:
+        import ctypes
+        import ctypes.util
+        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
+        mallopt = libc.mallopt
+    except (OSError, AttributeError):
+        return False
+    M_TRIM_THRESHOLD, M_MMAP_THRESHOLD = -1, -3
+    ok = mallopt(M_MMAP_THRESHOLD, 32 * 1024 * 1024)
+    ok &= mallopt(M_TRIM_THRESHOLD, 2 ** 31 - 1)
+    return bool(ok)
 
 
 def gpu_available() -> bool:

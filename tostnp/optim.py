@@ -218,6 +218,12 @@ class AdamW:
         for name, g in grads.items():
             xp = backend.namespace(g)
             m, v, p = self.m[name], self.v[name], self.params[name]
+            fast = backend.fused(xp)
+            if fast is not None:     # NumPy: the same update with no temporaries (tostnp.fused)
+                self.params[name] = fast.adamw_update(
+                    p, g, m, v, b1=b1, b2=b2, lr=lr, wd=self.decay[name], eps=self.eps,
+                    bc1=bc1, bc2=bc2)
+                continue
             # m and v belong to the optimizer, so in-place updates are safe (and save memory).
             m *= b1
             m += (1.0 - b1) * g

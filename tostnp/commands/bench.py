@@ -51,6 +51,20 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     r.add_argument("--out", default="bench_out",
                    help="output folder for bench_<device>.json and the plots (default ./bench_out)")
     r.add_argument("--no-progress", action="store_true", help="no tqdm progress bar")
+    r.add_argument("--threads", type=int, default=None,
+                   help="CPU threads for BLAS (default: all cores)")
+    t = parser.add_argument_group("training speed (--train)")
+    t.add_argument("--train", action="store_true",
+                   help="only time training steps: the default LM and vision models and one "
+                        "ToST block at N=4096, C=384 (steps/s, phase split, page faults)")
+    t.add_argument("--benches", nargs="+", default=None, metavar="NAME",
+                   help="with --train: which of lm, vision, block (default all)")
+    t.add_argument("--compare-plain", action="store_true",
+                   help="with --train: also run every step with the NumPy fast path off "
+                        "(interleaved) and print the ratio")
+    t.add_argument("--default-malloc", action="store_true",
+                   help="with --train: keep glibc's default allocator settings (to measure "
+                        "what keeping freed memory saves)")
 
 
 def _settings(args) -> dict:
@@ -83,6 +97,49 @@ def _settings(args) -> dict:
 
 
 def run(args) -> int:
+    n = backend.cpu_cores() if args.threads is None else args.threads
+    if n < 1:
+        print(f"bench: --threads must be >= 1, got {n}", file=sys.stderr)
+        return 1
+    with backend.threads(n):
+        return _run_train(args) if args.train else _run(args)
+
+
+def _run_train(args) -> int:
+    from ..bench.measure import _loadavg
+    from ..bench.train import TRAIN_BENCHES, run_train_bench, format_train_report
+    benches = args.benches or list(TRAIN_BENCHES)
+    bad = [b for b in benches if b not in TRAIN_BENCHES]
+    if bad:
+        print(f"bench: --benches must be among {', '.join(TRAIN_BENCHES)}, got {bad}",
+              file=sys.stderr)
+        return 1
+    if args.device != "cpu":
+        print("bench: --train measures the CPU (NumPy) path only; drop --device gpu",
+              file=sys.stderr)
+        return 2
+    kept = False if args.default_malloc else backend.keep_freed_memory()
+    load_before = _loadavg()
+    res = run_train_bench(benches, dtype=args.dtype, rounds=args.repeats or 5,
+                          quick=args.quick, compare_plain=args.compare_plain, seed=args.seed,
+                          progress=not args.no_progress)
+    from threadpoolctl import threadpool_info
+    blas_threads = sorted({i["num_threads"] for i in threadpool_info()
+                           if i.get("user_api") == "blas"})
+    meta = {"load_before": load_before, "load_after": _loadavg(),
+            "blas_threads": blas_threads, "kept_freed_memory": kept, "dtype": args.dtype,
+            "command": " ".join(["python -m tostnp bench"] + sys.argv[2:])
+            if sys.argv[1:2] == ["bench"] else None}
+    os.makedirs(args.out, exist_ok=True)
+    path = os.path.join(args.out, "bench_train_cpu.json")
+    atomic_write_text(path, json.dumps({"meta": meta, "train": res}, indent=1) + "\n")
+    print(format_train_report(res))
+    print(f"BLAS threads {blas_threads}; load average {load_before} before, "
+          f"{meta['load_after']} after; wrote {path}")
+    return 0
+
+
+def _run(args) -> int:
     try:
         s = _settings(args)
     except ValueError as e:

@@ -99,10 +99,9 @@ def _add_common(p, default_out) -> None:
     p.add_argument("--resume", action="store_true",
                    help="continue the run in --out from its checkpoint (settings from there)")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
-    p.add_argument("--blas-threads", type=NONNEG_INT, default=1,
-                   help="BLAS threads for the CPU run [1]: the tiny models' matrices are too "
-                        "small for more to pay off, and on a busy machine extra BLAS threads "
-                        "spin and slow every matmul down; 0 = BLAS default")
+    p.add_argument("--threads", "--blas-threads", dest="threads", type=POSITIVE_INT, default=None,
+                   help="CPU threads for the matrix products (BLAS) [all cores]; "
+                        "--blas-threads is the old name")
 
 
 def run(args) -> int:
@@ -118,11 +117,12 @@ def run(args) -> int:
             return 2
     job = (lambda: _train_over_seeds(args, xp, seeds)) if seeds else \
         (lambda: args._train(args, xp)[0])
-    if args.blas_threads and args.blas_threads > 0:
-        from threadpoolctl import threadpool_limits  # a dependency of scikit-learn
-        with threadpool_limits(limits=args.blas_threads, user_api="blas"):
-            return job()
-    return job()
+    n = backend.cpu_cores() if args.threads is None else args.threads
+    # freed activations stay in the process for the next step instead of being unmapped and
+    # faulted in (zeroed by the kernel) again: measured in `python -m tostnp bench --train`
+    backend.keep_freed_memory()
+    with backend.threads(n):
+        return job()
 
 
 # What the summary over seeds reports (mean ± sd), per job, with a format for each.

@@ -101,6 +101,10 @@ def layer_norm_forward(x, gamma, beta, eps=LN_EPS):
         check_param(beta, "beta", (C,), x.dtype)
     eps = check_positive(eps, "eps")
     xp = backend.namespace(x)
+    fast = backend.fused(xp)
+    if fast is not None:                         # NumPy: same y, fewer passes (tostnp.fused)
+        y, xhat, rstd = fast.layer_norm_forward(x, gamma, beta, eps)
+        return y, (xhat, rstd, gamma, beta is not None, fast)
     mu = xp.mean(x, axis=-1, keepdims=True)                        # (..., 1)
     xc = x - mu                                                    # (..., C)
     var = xp.mean(xc * xc, axis=-1, keepdims=True)                 # (..., 1)
@@ -109,7 +113,7 @@ def layer_norm_forward(x, gamma, beta, eps=LN_EPS):
     y = xhat * gamma                                               # (..., C)
     if beta is not None:
         y = y + beta
-    return y, (xhat, rstd, gamma, beta is not None)
+    return y, (xhat, rstd, gamma, beta is not None, None)
 
 
 def layer_norm_backward(dy, cache):
@@ -117,7 +121,10 @@ def layer_norm_backward(dy, cache):
 
     With g = dy * gamma: dx = rstd * (g - mean(g) - xhat * mean(g * xhat)), means over C.
     """
-    xhat, rstd, gamma, has_beta = cache
+    xhat, rstd, gamma, has_beta, fast = cache
+    if fast is not None:
+        dx, dgamma, dbeta = fast.layer_norm_backward(dy, xhat, rstd, gamma, has_beta)
+        return dx, ({"gamma": dgamma, "beta": dbeta} if has_beta else {"gamma": dgamma})
     xp = backend.namespace(dy)
     g = dy * gamma                                                 # (..., C)
     dx = g - xp.mean(g, axis=-1, keepdims=True)
@@ -139,9 +146,13 @@ _GELU_B = 0.044715
 def gelu_forward(x):
     """y = 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))).  x: (...) -> y: (...)."""
     xp = check_array(x, "x", shape_desc="(...)")
+    fast = backend.fused(xp)
+    if fast is not None:                         # NumPy: same y, fewer passes (tostnp.fused)
+        y, s = fast.gelu_tanh_forward(x)
+        return y, (x, s, fast)
     t = xp.tanh(_GELU_A * (x + _GELU_B * (x * x * x)))             # (...)
     y = 0.5 * x * (1.0 + t)
-    return y, (x, t)
+    return y, (x, t, None)
 
 
 def gelu_backward(dy, cache):
@@ -149,7 +160,9 @@ def gelu_backward(dy, cache):
 
     dy/dx = 0.5 (1 + t) + 0.5 x (1 - t^2) sqrt(2/pi) (1 + 3 * 0.044715 x^2).
     """
-    x, t = cache
+    x, t, fast = cache
+    if fast is not None:
+        return fast.gelu_tanh_backward(dy, x, t), {}      # t holds sigmoid(2u) on this path
     dydx = 0.5 * (1.0 + t) + (0.5 * _GELU_A) * x * (1.0 - t * t) * (1.0 + (3.0 * _GELU_B) * (x * x))
     return dy * dydx, {}
 

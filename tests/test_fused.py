@@ -1,0 +1,125 @@
+"""The NumPy fast path (tostnp.fused) against the plain array-API path on random shapes.
+
+The plain path is itself checked against autograd in test_layers.py / test_optim.py; here every
+fast kernel must reproduce it to rounding, in float64 (tight) and float32 (a few ulps of the
+result), and the fast path must never be chosen for array_api_strict arrays.
+"""
+from __future__ import annotations
+
+import contextlib
+
+import numpy as np
+import pytest
+
+from tostnp import backend
+from tostnp.nn import layers as L
+from tostnp.optim import AdamW
+
+TOL = {np.float64: 1e-12, np.float32: 2e-5}
+SHAPES = [(7,), (3, 5), (2, 9, 16), (4, 3, 2, 33)]
+
+
+@contextlib.contextmanager
+def plain():
+    old = backend.set_fast(False)
+    try:
+        yield
+    finally:
+        backend.set_fast(old)
+
+
+def rel(a, b):
+    a, b = np.asarray(a, np.float64), np.asarray(b, np.float64)
+    assert a.shape == b.shape
+    return float(np.max(np.abs(a - b)) / max(1e-30, np.max(np.abs(b))))
+
+
+def both(fwd, bwd, args, dy):
+    """(y, grads) of the fast path and of the plain path."""
+    out = []
+    for ctx in (contextlib.nullcontext, plain):
+        with ctx():
+            y, cache = fwd(*args)
+            dx, g = bwd(dy, cache)
+        out.append((y, dx, g))
+    return out
+
+
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+@pytest.mark.parametrize("shape", SHAPES)
+def test_gelu_fast_matches_plain(dtype, shape):
+    rng = np.random.default_rng(len(shape))
+    x = (4.0 * rng.standard_normal(shape)).astype(dtype)
+    x.flat[0] = -60.0                                 # exp(-2u) overflows: y must be -0, no NaN
+    dy = rng.standard_normal(shape).astype(dtype)
+    assert backend.fused(backend.namespace(x)) is not None
+    (yf, dxf, _), (yp, dxp, _) = both(L.gelu_forward, L.gelu_backward, (x,), dy)
+    assert yf.dtype == dxf.dtype == dtype
+    assert np.all(np.isfinite(yf)) and np.all(np.isfinite(dxf))
+    assert rel(yf, yp) < TOL[dtype] and rel(dxf, dxp) < TOL[dtype]
+
+
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+@pytest.mark.parametrize("shape", SHAPES)
+def test_layer_norm_fast_matches_plain(dtype, shape):
+    rng = np.random.default_rng(10 + len(shape))
+    C = shape[-1]
+    x = (3.0 + 2.0 * rng.standard_normal(shape)).astype(dtype)
+    gamma = rng.standard_normal(C).astype(dtype)
+    beta = rng.standard_normal(C).astype(dtype)
+    dy = rng.standard_normal(shape).astype(dtype)
+    (yf, dxf, gf), (yp, dxp, gp) = both(L.layer_norm_forward, L.layer_norm_backward,
+                                        (x, gamma, beta, 1e-5), dy)
+    assert yf.dtype == dxf.dtype == gf["gamma"].dtype == dtype
+    assert rel(yf, yp) < TOL[dtype] and rel(dxf, dxp) < 10 * TOL[dtype]
+    for k in ("gamma", "beta"):
+        assert rel(gf[k], gp[k]) < TOL[dtype]
+
+
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+def test_layer_norm_without_shift_fast_matches_plain(dtype):
+    rng = np.random.default_rng(5)
+    x = rng.standard_normal((3, 4, 12)).astype(dtype)
+    gamma = rng.standard_normal(12).astype(dtype)
+    dy = rng.standard_normal((3, 4, 12)).astype(dtype)
+    (yf, dxf, gf), (yp, dxp, gp) = both(L.layer_norm_forward, L.layer_norm_backward,
+                                        (x, gamma, None, 1e-6), dy)
+    assert set(gf) == set(gp) == {"gamma"}
+    assert rel(yf, yp) < TOL[dtype] and rel(dxf, dxp) < 10 * TOL[dtype]
+    assert rel(gf["gamma"], gp["gamma"]) < TOL[dtype]
+
+
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+def test_adamw_fast_matches_plain(dtype):
+    rng = np.random.default_rng(3)
+    shapes = {"W": (5, 7), "b": (7,), "blocks.0.ln1.gamma": (7,), "emb": (3, 2, 4)}
+    params = {k: rng.standard_normal(s).astype(dtype) for k, s in shapes.items()}
+    runs = []
+    for ctx in (contextlib.nullcontext, plain):
+        with ctx():
+            opt = AdamW({k: v.copy() for k, v in params.items()}, lr=1e-2, weight_decay=0.1)
+            for step in range(4):
+                g = {k: np.random.default_rng(step).standard_normal(s).astype(dtype)
+                     for k, s in shapes.items()}
+                opt.step(g, lr=1e-2 / (step + 1))
+            runs.append(opt)
+    fast, slow = runs
+    for k in shapes:
+        assert fast.params[k].dtype == dtype
+        assert rel(fast.params[k], slow.params[k]) < TOL[dtype]
+        assert rel(fast.m[k], slow.m[k]) < TOL[dtype] and rel(fast.v[k], slow.v[k]) < TOL[dtype]
+
+
+def test_adamw_fast_leaves_old_params_alone():
+    p = np.ones((3, 3))
+    opt = AdamW({"W": p}, lr=0.1)
+    opt.step({"W": np.ones((3, 3))})
+    assert np.all(p == 1.0) and opt.params["W"] is not p
+
+
+def test_fast_path_only_for_numpy():
+    xps = pytest.importorskip("array_api_strict")
+    assert backend.fused(xps) is None
+    assert backend.fused(backend.get_xp("cpu")) is not None
+    with plain():
+        assert backend.fused(backend.get_xp("cpu")) is None
