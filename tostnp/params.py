@@ -8,7 +8,7 @@ with one line naming the key and the expected shape.
 """
 from __future__ import annotations
 
-from ._validate import check_array
+from ._validate import check_array, checks_off
 
 __all__ = ["check_params", "check_param", "shape_str", "sub", "prefixed", "num_params",
            "is_state", "STATE_LEAVES"]
@@ -22,6 +22,8 @@ def shape_str(shape) -> str:
 def check_param(a, name: str, shape, dtype, where: str = "") -> None:
     """One parameter array ``a`` called ``name``: present, of ``shape`` (names in ``shape``
     match any length) and of ``dtype``. Messages as for :func:`check_params`."""
+    if checks_off():
+        return
     at = f"{where}: " if where else ""
     want = shape_str(shape)
     if a is None:
@@ -41,6 +43,8 @@ def check_params(params, spec: dict, dtype, where: str = "") -> None:
     Raises TypeError (not a dict, not an array, wrong dtype) or ValueError (missing or unknown
     key, wrong shape); every message starts with ``where`` (the layer's name) when given.
     """
+    if checks_off():
+        return
     at = f"{where}: " if where else ""
     if not isinstance(params, dict):
         raise TypeError(f"{at}params must be a dict of arrays, got {type(params).__name__}")

@@ -24,9 +24,11 @@ Parameters: "wte" (V, C), "wpe" (block_size, C), "blocks.{i}.<tost block keys>",
 """
 from __future__ import annotations
 
+import contextlib
 import math
 
 from .. import backend
+from .._validate import checked_once, trusted
 from ..nn import layers as L
 from ..nn import block as Bk
 from ..params import sub, prefixed, num_params
@@ -71,8 +73,20 @@ def _check_ids(ids, cfg):
 
 
 def lm_forward(ids, params: dict, cfg: LMConfig):
-    """ids (B, T) integer -> (logits (B, T, V), cache)."""
+    """ids (B, T) integer -> (logits (B, T, V), cache).
+
+    The parameters are checked by every layer on the first call with their names, shapes and
+    dtypes, and not again on later calls with the same ones (:func:`tostnp._validate.checked_once`);
+    ``ids`` are checked on every call.
+    """
     xp = _check_ids(ids, cfg)
+    with checked_once(("lm", cfg), params, ids) as trusted:
+        logits, cache = _forward(ids, params, cfg, xp)
+    cache["trusted"] = trusted
+    return logits, cache
+
+
+def _forward(ids, params, cfg, xp):
     T = ids.shape[1]
     tok, c_emb = L.embedding_forward(ids, params["wte"])                  # (B, T, C)
     x = tok + params["wpe"][:T, :]
@@ -89,6 +103,11 @@ def lm_forward(ids, params: dict, cfg: LMConfig):
 
 def lm_backward(dlogits, cache) -> dict:
     """dlogits (B, T, V) -> grads (same keys as the parameters)."""
+    with trusted() if cache.get("trusted") else contextlib.nullcontext():
+        return _backward(dlogits, cache)
+
+
+def _backward(dlogits, cache) -> dict:
     xp = backend.namespace(dlogits)
     cfg, T, h, wte = cache["cfg"], cache["T"], cache["h"], cache["wte"]
     V, C = wte.shape

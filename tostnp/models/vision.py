@@ -31,10 +31,11 @@ Parameters are one flat dict with dotted names: "patch.W", "patch.b" (linear ste
 """
 from __future__ import annotations
 
+import contextlib
 import math
 
 from .. import backend
-from .._validate import check_array
+from .._validate import check_array, checked_once, trusted
 from ..nn import layers as L
 from ..nn import block as Bk
 from ..nn.class_attention import (class_attention_block_init, class_attention_block_forward,
@@ -114,6 +115,14 @@ def vision_forward(images, params: dict, cfg: VisionConfig, train: bool = False)
     if tuple(images.shape[1:]) != (S, S, Cin):
         raise ValueError(f"images must have shape (B, {S}, {S}, {Cin}) for this config, "
                          f"got {tuple(images.shape)}")
+    with checked_once(("vision", cfg, bool(train)), params, images) as trusted_call:
+        logits, cache = _forward(images, params, cfg, xp, train)
+    cache["trusted"] = trusted_call
+    return logits, cache
+
+
+def _forward(images, params, cfg, xp, train):
+    """vision_forward after the input checks (the parameters are checked by the layers)."""
     B = images.shape[0]
     state = {}
     if cfg.stem == "conv":
@@ -161,6 +170,11 @@ def vision_forward(images, params: dict, cfg: VisionConfig, train: bool = False)
 def vision_backward(dlogits, cache) -> dict:
     """dlogits (B, num_classes) -> grads: a dict with the trainable keys of the parameters
     (every key but the BatchNorm state)."""
+    with trusted() if cache.get("trusted") else contextlib.nullcontext():
+        return _backward(dlogits, cache)
+
+
+def _backward(dlogits, cache) -> dict:
     xp = backend.namespace(dlogits)
     cfg, B = cache["cfg"], cache["B"]
     grads = {}
