@@ -108,7 +108,7 @@ def keep_freed_memory() -> bool:
     activations page by page again (the kernel zeroes every page). Raising the mmap threshold to
     its maximum and disabling the trimming of the heap's top keeps freed arrays for reuse.
     Arrays above 32 MiB are still mapped fresh. Returns True when the settings were applied.
-    Process-wide and idempotent; the CLI's train and bench commands call it.
+    Process-wide and idempotent; :func:`tostnp.train.train` and ``bench --train`` call it.
     """
     try:
         import ctypes

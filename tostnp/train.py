@@ -244,6 +244,7 @@ def train(task, tcfg: TrainConfig, out_dir: str, *, resume: bool = False,
     update) or TrainingIOError (a failed write; see the module docstring).
     """
     tcfg.validate()
+    backend.keep_freed_memory()   # reuse freed activations: no fresh pages every step
     try:
         os.makedirs(out_dir, exist_ok=True)
     except OSError as e:
