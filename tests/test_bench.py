@@ -132,6 +132,16 @@ def test_train_bench_smoke(tmp_path, capsys):
     assert "fast path / plain path" in out and "faults/step" in out
 
 
+def test_train_bench_thread_counts(tmp_path, capsys):
+    rc = main(["bench", "--train", "--quick", "--repeats", "1", "--benches", "lm",
+               "--threads", "1", "2", "--no-progress", "--out", str(tmp_path)])
+    assert rc == 0
+    with open(tmp_path / "bench_train_cpu.json") as f:
+        r = json.load(f)["train"]
+    assert set(r) == {"lm@1t", "lm@2t"} and r["lm@2t"]["threads"] == 2
+    assert r["lm@2t"]["ratio_to_1t_paired"] > 0
+
+
 def test_train_bench_rejects_unknown_bench(tmp_path, capsys):
     rc = main(["bench", "--train", "--benches", "gpt", "--out", str(tmp_path)])
     assert rc == 1 and "--benches" in capsys.readouterr().err

@@ -15,8 +15,8 @@ Timing: warm-up steps, then ``rounds`` rounds; in each round every benchmark run
 (``k`` chosen from the warm-up so a round takes about ``round_s`` seconds) and the per-step mean
 of the round is one sample; the median over rounds is reported. With ``compare_plain`` every
 round also runs each benchmark with the NumPy fast path switched off
-(:func:`tostnp.backend.set_fast`), so the two are interleaved and their ratio is meaningful on a
-busy machine.
+(:func:`tostnp.backend.set_fast`), and with several ``threads`` counts each count is a variant
+too, so all of them are interleaved and their ratios are meaningful on a busy machine.
 """
 from __future__ import annotations
 
@@ -167,34 +167,43 @@ _BUILDERS = {"lm": _lm_step, "vision": _vision_step, "block": _block_step}
 
 def run_train_bench(benches=TRAIN_BENCHES, *, dtype: str = "float32", rounds: int = 5,
                     round_s: float = 1.0, warmup: int = 2, quick: bool = False,
-                    compare_plain: bool = False, seed: int = 0, progress: bool = True) -> dict:
+                    compare_plain: bool = False, threads=None, seed: int = 0,
+                    progress: bool = True) -> dict:
     """Measure the training steps ``benches`` (names from :data:`TRAIN_BENCHES`) on the CPU.
 
-    Returns {"<name>[:plain]": {"desc", "items", "unit", "step_s", "steps_per_s",
-    "items_per_s", "forward_s", "backward_s", "optimiser_s", "minflt_per_step", "rounds",
-    "k"}} plus "ratio_fast_plain" per bench when ``compare_plain``.
+    ``threads``: None (the BLAS setting in force) or a list of BLAS thread counts, each run as
+    its own interleaved variant (to see where a second thread pays off).
+    Returns {"<name>[@<n>t][:plain]": {"desc", "items", "unit", "threads", "step_s",
+    "steps_per_s", "items_per_s", "forward_s", "backward_s", "optimiser_s",
+    "minflt_per_step", "rounds", "k"}} plus "ratio_fast_plain" per fast entry when
+    ``compare_plain``.
     """
     from tqdm import tqdm
     xp = backend.get_xp("cpu")
     dt = getattr(xp, dtype)
-    variants = [(name, True) for name in benches]
+    counts = list(threads) if threads else [None]
+    variants = [(name, True, n) for name in benches for n in counts]
     if compare_plain:
-        variants += [(name, False) for name in benches]
+        variants += [(name, False, n) for name in benches for n in counts]
     steps = {}
-    for name, fast in variants:
+    for name, fast, n in variants:
         old = backend.set_fast(fast)
         try:
-            steps[(name, fast)] = _BUILDERS[name](xp, dt, quick, seed)
+            steps[(name, fast, n)] = _BUILDERS[name](xp, dt, quick, seed)
         finally:
             backend.set_fast(old)
 
     def run(key, k, times=None):
         old = backend.set_fast(key[1])
         try:
-            for _ in range(k):
-                steps[key].run(times)
+            with backend.threads(key[2]):
+                for _ in range(k):
+                    steps[key].run(times)
         finally:
             backend.set_fast(old)
+
+    def label(key):
+        return key[0] + ("" if key[2] is None else f"@{key[2]}t") + ("" if key[1] else ":plain")
 
     # warm-up, and k per round from the warm-up's speed
     ks = {}
@@ -224,16 +233,27 @@ def run_train_bench(benches=TRAIN_BENCHES, *, dtype: str = "float32", rounds: in
         st = steps[key]
         med = lambda i: statistics.median(s[i] for s in ss)  # noqa: E731
         step_s = med(0)
-        out[st.name + ("" if key[1] else ":plain")] = {
-            "desc": st.desc, "items": st.items, "unit": st.unit, "step_s": step_s,
+        out[label(key)] = {
+            "desc": st.desc, "items": st.items, "unit": st.unit, "threads": key[2],
+            "step_s": step_s,
             "steps_per_s": 1.0 / step_s, "items_per_s": st.items / step_s,
             "forward_s": med(1), "backward_s": med(2), "optimiser_s": med(3),
             "minflt_per_step": med(4), "rounds": len(ss), "k": ks[key]}
     if compare_plain:
         for name in benches:
-            pairs = [a[0] / b[0] for a, b in zip(samples[(name, True)], samples[(name, False)])]
-            out[name]["ratio_fast_plain"] = out[name]["step_s"] / out[name + ":plain"]["step_s"]
-            out[name]["ratio_fast_plain_paired"] = statistics.median(pairs)
+            for n in counts:
+                f, p = (name, True, n), (name, False, n)
+                pairs = [a[0] / b[0] for a, b in zip(samples[f], samples[p])]
+                out[label(f)]["ratio_fast_plain"] = \
+                    out[label(f)]["step_s"] / out[label(p)]["step_s"]
+                out[label(f)]["ratio_fast_plain_paired"] = statistics.median(pairs)
+    if len(counts) > 1:
+        for name in benches:
+            base = (name, True, counts[0])
+            for n in counts[1:]:
+                key = (name, True, n)
+                pairs = [a[0] / b[0] for a, b in zip(samples[key], samples[base])]
+                out[label(key)][f"ratio_to_{counts[0]}t_paired"] = statistics.median(pairs)
     return out
 
 
@@ -241,11 +261,16 @@ def format_train_report(res: dict) -> str:
     lines = [f"{'training step':<52} {'steps/s':>8} {'items/s':>10} {'fwd ms':>8} "
              f"{'bwd ms':>8} {'opt ms':>8} {'faults/step':>11}"]
     for key, r in res.items():
-        label = r["desc"] + (" [plain]" if key.endswith(":plain") else "")
+        label = r["desc"] + ("" if r.get("threads") is None else f", {r['threads']} thr") \
+            + (" [plain]" if key.endswith(":plain") else "")
         lines.append(f"{label:<52} {r['steps_per_s']:8.2f} {r['items_per_s']:10.0f} "
                      f"{r['forward_s'] * 1e3:8.1f} {r['backward_s'] * 1e3:8.1f} "
                      f"{r['optimiser_s'] * 1e3:8.1f} {r['minflt_per_step']:11.0f}")
         if "ratio_fast_plain" in r:
             lines.append(f"{'':<4}fast path / plain path: {r['ratio_fast_plain']:.2f}x "
                          f"(paired median {r['ratio_fast_plain_paired']:.2f}x)")
+        for k, v in r.items():
+            if k.startswith("ratio_to_"):
+                lines.append(f"{'':<4}step time / with {k[9:-9]}hread(s): {v:.2f}x "
+                             "(paired median)")
     return "\n".join(lines)

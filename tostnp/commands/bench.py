@@ -51,8 +51,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     r.add_argument("--out", default="bench_out",
                    help="output folder for bench_<device>.json and the plots (default ./bench_out)")
     r.add_argument("--no-progress", action="store_true", help="no tqdm progress bar")
-    r.add_argument("--threads", type=int, default=None,
-                   help="CPU threads for BLAS (default: all cores)")
+    r.add_argument("--threads", type=int, nargs="+", default=None, metavar="N",
+                   help="CPU threads for BLAS (default: all cores); with --train several "
+                        "counts (e.g. 1 2) are timed side by side")
     t = parser.add_argument_group("training speed (--train)")
     t.add_argument("--train", action="store_true",
                    help="only time training steps: the default LM and vision models and one "
@@ -97,11 +98,12 @@ def _settings(args) -> dict:
 
 
 def run(args) -> int:
-    n = backend.cpu_cores() if args.threads is None else args.threads
-    if n < 1:
-        print(f"bench: --threads must be >= 1, got {n}", file=sys.stderr)
+    counts = [backend.cpu_cores()] if args.threads is None else args.threads
+    if min(counts) < 1 or (len(counts) > 1 and not args.train):
+        print(f"bench: --threads takes counts >= 1 (several only with --train), got "
+              f"{' '.join(map(str, counts))}", file=sys.stderr)
         return 1
-    with backend.threads(n):
+    with backend.threads(counts[0]):
         return _run_train(args) if args.train else _run(args)
 
 
@@ -121,8 +123,9 @@ def _run_train(args) -> int:
     kept = False if args.default_malloc else backend.keep_freed_memory()
     load_before = _loadavg()
     res = run_train_bench(benches, dtype=args.dtype, rounds=args.repeats or 5,
-                          quick=args.quick, compare_plain=args.compare_plain, seed=args.seed,
-                          progress=not args.no_progress)
+                          quick=args.quick, compare_plain=args.compare_plain,
+                          threads=args.threads if args.threads and len(args.threads) > 1
+                          else None, seed=args.seed, progress=not args.no_progress)
     from threadpoolctl import threadpool_info
     blas_threads = sorted({i["num_threads"] for i in threadpool_info()
                            if i.get("user_api") == "blas"})
