@@ -271,6 +271,6 @@ def format_train_report(res: dict) -> str:
                          f"(paired median {r['ratio_fast_plain_paired']:.2f}x)")
         for k, v in r.items():
             if k.startswith("ratio_to_"):
-                lines.append(f"{'':<4}step time / with {k[9:-9]}hread(s): {v:.2f}x "
+                lines.append(f"{'':<4}step time / with {k[9:-8]} thread(s): {v:.2f}x "
                              "(paired median)")
     return "\n".join(lines)
