@@ -555,3 +555,398 @@ MUTANTS.update({
          "autograd"),
     ],
 })
+
+_ATT = ("def softmax_attention_mine(Q, K, V):\n"
+        "    S = {S}\n"
+        "    A = np.exp(S - S.max(axis={ax}, keepdims=True))\n"
+        "    return (A / A.sum(axis={ax}, keepdims=True)) @ V\n")
+_SC = ("def attention_scaling_mine():\n"
+       "    Ns = {N}\n"
+       "    secs = [1e-9 * n**{a} for n in Ns]\n"
+       "    return {{'N': Ns, 'seconds': secs, 'slope': {slope}}}\n")
+
+MUTANTS.update({
+    "softmax_attention": [
+        ("softmax over the keys' axis 0", _ATT.format(S="Q @ K.T / np.sqrt(Q.shape[1])", ax=0),
+         "wrong axis"),
+        ("no 1/sqrt(d)", _ATT.format(S="Q @ K.T", ax=1), "not scaled by 1/sqrt(d)"),
+        ("1/d", _ATT.format(S="Q @ K.T / Q.shape[1]", ax=1), "scaled by 1/d"),
+        ("no max shift: overflow",
+         "def softmax_attention_mine(Q, K, V):\n"
+         "    A = np.exp(Q @ K.T / np.sqrt(Q.shape[1]))\n"
+         "    return (A / A.sum(axis=1, keepdims=True)) @ V\n",
+         "NaN or inf"),
+        ("K Q^T", _ATT.format(S="K @ Q.T / np.sqrt(Q.shape[1])", ax=1), "the wrong way round"),
+        ("uses tostnp's softmax core", "import array_api_compat.numpy as _xp\n"
+         "from tostnp.nn import attention as _att\n"
+         "def softmax_attention_mine(Q, K, V):\n"
+         "    return _att._softmax_core_forward(_xp, Q[None, None] / np.sqrt(Q.shape[1]),"
+         " K[None, None], V[None, None], False)[0][0, 0]\n",
+         "without calling the tostnp code"),
+    ],
+    "loglog_slope": [
+        ("linear fit", "def loglog_slope_mine(Ns, times):\n    return np.polyfit(Ns, times, 1)[0]\n",
+         "log-log coordinates"),
+        ("end points", "def loglog_slope_mine(Ns, times):\n"
+         "    return np.log(times[-1] / times[0]) / np.log(Ns[-1] / Ns[0])\n", "two end points"),
+        ("semi-log", "def loglog_slope_mine(Ns, times):\n"
+         "    return np.polyfit(Ns, np.log(times), 1)[0]\n", "semi-log"),
+        ("intercept", "def loglog_slope_mine(Ns, times):\n"
+         "    return np.polyfit(np.log(Ns), np.log(times), 1)[1]\n", "intercept"),
+        ("axes swapped", "def loglog_slope_mine(Ns, times):\n"
+         "    return np.polyfit(np.log(times), np.log(Ns), 1)[0]\n", "axes are swapped"),
+    ],
+    "attention_scaling": [
+        ("slope typed in, not fitted", _SC.format(N=[256, 512, 1024, 2048], a=2.2, slope=2.0),
+         "not the least-squares slope"),
+        ("three sizes only", _SC.format(N=[256, 512, 1024], a=2, slope=2.0), "length >= 4"),
+        ("range too small", _SC.format(N=[500, 600, 700, 800], a=2, slope="float(np.polyfit("
+                                       "np.log(Ns), np.log(secs), 1)[0])"), "factor 8"),
+        ("linear-looking data (overhead-dominated sizes)",
+         _SC.format(N=[8, 16, 32, 64, 128], a=1, slope="float(np.polyfit(np.log(Ns), "
+                    "np.log(secs), 1)[0])"), "N large enough"),
+        ("wrong keys", "def attention_scaling_mine():\n    return {'sizes': [1], 'times': [1]}\n",
+         'keys "N"'),
+    ],
+    "layer_norm": [
+        ("unbiased variance", "def layer_norm_mine(x, gamma, beta, eps):\n"
+         "    return (x - x.mean(-1, keepdims=True)) / np.sqrt(x.var(-1, ddof=1, keepdims=True)"
+         " + eps) * gamma + beta\n", "biased"),
+        ("eps outside the sqrt", "def layer_norm_mine(x, gamma, beta, eps):\n"
+         "    return (x - x.mean(-1, keepdims=True)) / (x.std(-1, keepdims=True) + eps)"
+         " * gamma + beta\n", "inside the square root"),
+        ("over axis 0", "def layer_norm_mine(x, gamma, beta, eps):\n"
+         "    return (x - x.mean(0, keepdims=True)) / np.sqrt(x.var(0, keepdims=True) + eps)"
+         " * gamma + beta\n", "wrong axis"),
+        ("gamma and beta swapped", "_ok = layer_norm_mine\n"
+         "def layer_norm_mine(x, gamma, beta, eps):\n    return _ok(x, beta, gamma, eps)\n",
+         "swapped"),
+        ("no keepdims", "def layer_norm_mine(x, gamma, beta, eps):\n"
+         "    return (x - x.mean(-1)) / np.sqrt(x.var(-1) + eps) * gamma + beta\n",
+         "could not be broadcast"),
+    ],
+    "layer_norm_backward": [
+        ("statistics held fixed", "def layer_norm_backward_mine(dy, x, gamma, beta, eps):\n"
+         "    mu = x.mean(-1, keepdims=True); r = 1 / np.sqrt(x.var(-1, keepdims=True) + eps)\n"
+         "    C = x.shape[-1]\n"
+         "    return dy * gamma * r, (dy * (x - mu) * r).reshape(-1, C).sum(0),"
+         " dy.reshape(-1, C).sum(0)\n", "paths are missing"),
+        ("dbeta averaged", "_ok = layer_norm_backward_mine\n"
+         "def layer_norm_backward_mine(dy, x, gamma, beta, eps):\n"
+         "    dx, dg, db = _ok(dy, x, gamma, beta, eps)\n"
+         "    return dx, dg, db / np.prod(x.shape[:-1])\n", "the number of tokens"),
+        ("dgamma not summed over tokens", "_ok = layer_norm_backward_mine\n"
+         "def layer_norm_backward_mine(dy, x, gamma, beta, eps):\n"
+         "    dx, dg, db = _ok(dy, x, gamma, beta, eps)\n"
+         "    mu = x.mean(-1, keepdims=True)\n"
+         "    return dx, dy * (x - mu) / np.sqrt(x.var(-1, keepdims=True) + eps), db\n",
+         "dgamma"),
+        ("dx sign", "_ok = layer_norm_backward_mine\n"
+         "def layer_norm_backward_mine(dy, x, gamma, beta, eps):\n"
+         "    dx, dg, db = _ok(dy, x, gamma, beta, eps)\n    return -dx, dg, db\n", "sign"),
+        ("autograd", "import autograd, autograd.numpy as anp\n_ok = layer_norm_backward_mine\n"
+         "def layer_norm_backward_mine(dy, x, gamma, beta, eps):\n"
+         "    autograd.grad(lambda a: a * a)(1.0)\n    return _ok(dy, x, gamma, beta, eps)\n",
+         "autograd"),
+    ],
+    "tost_block": [
+        ("no first residual", "_ok = tost_block_mine\n"
+         "def tost_block_mine(x, params, num_heads):\n"
+         "    import tostnp.nn as nn\n"
+         "    P = params; t = {k[5:]: v for k, v in P.items() if k.startswith('tssa.')}\n"
+         "    a = layer_norm_mine(x, P['ln1.gamma'], P['ln1.beta'], 1e-6)\n"
+         "    x1 = P['ls1.gamma'] * nn.tssa_forward(a, t, num_heads)[0]\n"
+         "    b = layer_norm_mine(x1, P['ln2.gamma'], P['ln2.beta'], 1e-6)\n"
+         "    u = b @ P['mlp.W1'] + P['mlp.b1']\n"
+         "    act = 0.5 * u * (1 + np.tanh(np.sqrt(2 / np.pi) * (u + 0.044715 * u**3)))\n"
+         "    return x1 + P['ls2.gamma'] * (act @ P['mlp.W2'] + P['mlp.b2'])\n",
+         "residual around the attention branch"),
+        ("LayerScale missing", "_ok = tost_block_mine\n"
+         "def tost_block_mine(x, params, num_heads):\n"
+         "    P = dict(params); P['ls1.gamma'] = np.ones_like(P['ls1.gamma'])\n"
+         "    P['ls2.gamma'] = np.ones_like(P['ls2.gamma'])\n    return _ok(x, P, num_heads)\n",
+         "LayerScale"),
+        ("erf GELU", "_ok = tost_block_mine\n"
+         "def tost_block_mine(x, params, num_heads):\n"
+         "    from scipy.special import erf\n"
+         "    import tostnp.nn as nn\n"
+         "    P = params; t = {k[5:]: v for k, v in P.items() if k.startswith('tssa.')}\n"
+         "    a = layer_norm_mine(x, P['ln1.gamma'], P['ln1.beta'], 1e-6)\n"
+         "    x1 = x + P['ls1.gamma'] * nn.tssa_forward(a, t, num_heads)[0]\n"
+         "    b = layer_norm_mine(x1, P['ln2.gamma'], P['ln2.beta'], 1e-6)\n"
+         "    u = b @ P['mlp.W1'] + P['mlp.b1']\n"
+         "    act = 0.5 * u * (1 + erf(u / np.sqrt(2)))\n"
+         "    return x1 + P['ls2.gamma'] * (act @ P['mlp.W2'] + P['mlp.b2'])\n", "tanh"),
+        ("LN2 of x", "def tost_block_mine(x, params, num_heads):\n"
+         "    import tostnp.nn as nn\n"
+         "    P = params; t = {k[5:]: v for k, v in P.items() if k.startswith('tssa.')}\n"
+         "    a = layer_norm_mine(x, P['ln1.gamma'], P['ln1.beta'], 1e-6)\n"
+         "    x1 = x + P['ls1.gamma'] * nn.tssa_forward(a, t, num_heads)[0]\n"
+         "    b = layer_norm_mine(x, P['ln2.gamma'], P['ln2.beta'], 1e-6)\n"
+         "    u = b @ P['mlp.W1'] + P['mlp.b1']\n"
+         "    act = 0.5 * u * (1 + np.tanh(np.sqrt(2 / np.pi) * (u + 0.044715 * u**3)))\n"
+         "    return x1 + P['ls2.gamma'] * (act @ P['mlp.W2'] + P['mlp.b2'])\n", "must see x1"),
+        ("calls the block", "import tostnp.nn as nn\n"
+         "def tost_block_mine(x, params, num_heads):\n"
+         "    return nn.tost_block_forward(x, params, num_heads)[0]\n",
+         "without calling the tostnp code"),
+    ],
+    "patchify": [
+        ("column-major grid", "def patchify_mine(images, P):\n"
+         "    B, H, W, C = images.shape\n"
+         "    a = images.reshape(B, H // P, P, W // P, P, C).transpose(0, 3, 1, 2, 4, 5)\n"
+         "    return a.reshape(B, -1, P * P * C)\n", "column by column"),
+        ("(col, row) inside", "def patchify_mine(images, P):\n"
+         "    B, H, W, C = images.shape\n"
+         "    a = images.reshape(B, H // P, P, W // P, P, C).transpose(0, 1, 3, 4, 2, 5)\n"
+         "    return a.reshape(B, -1, P * P * C)\n", "(row, column, channel)"),
+        ("channel first inside", "def patchify_mine(images, P):\n"
+         "    B, H, W, C = images.shape\n"
+         "    a = images.reshape(B, H // P, P, W // P, P, C).transpose(0, 1, 3, 5, 2, 4)\n"
+         "    return a.reshape(B, -1, P * P * C)\n", "fastest-varying"),
+        ("plain reshape", "def patchify_mine(images, P):\n"
+         "    B, H, W, C = images.shape\n    return images.reshape(B, -1, P * P * C)\n",
+         "does not cut patches"),
+    ],
+    "adam_step": [
+        ("no bias correction", "def adam_step_mine(p, g, m, v, t, lr, b1, b2, eps):\n"
+         "    m = b1 * m + (1 - b1) * g; v = b2 * v + (1 - b2) * g * g\n"
+         "    return p - lr * m / (np.sqrt(v) + eps), m, v\n", "bias correction"),
+        ("no sqrt", "def adam_step_mine(p, g, m, v, t, lr, b1, b2, eps):\n"
+         "    m = b1 * m + (1 - b1) * g; v = b2 * v + (1 - b2) * g * g\n"
+         "    return p - lr * (m / (1 - b1**t)) / (v / (1 - b2**t) + eps), m, v\n",
+         "square root"),
+        ("ascent", "_ok = adam_step_mine\n"
+         "def adam_step_mine(p, g, m, v, t, lr, b1, b2, eps):\n"
+         "    return _ok(p, -g, -m, v, t, lr, b1, b2, eps)[0], *_ok(p, g, m, v, t, lr, b1, b2,"
+         " eps)[1:]\n", "against the gradient"),
+        ("v of g, not g^2", "def adam_step_mine(p, g, m, v, t, lr, b1, b2, eps):\n"
+         "    m = b1 * m + (1 - b1) * g; v = b2 * v + (1 - b2) * g\n"
+         "    return p - lr * m / (np.sqrt(np.abs(v)) + eps), m, v\n", "squared gradient"),
+        ("t + 1 in the correction", "_ok = adam_step_mine\n"
+         "def adam_step_mine(p, g, m, v, t, lr, b1, b2, eps):\n"
+         "    return _ok(p, g, m, v, t + 1, lr, b1, b2, eps)\n", "t counts steps from 1"),
+    ],
+    "digits_training": [
+        ("returns the untrained params",
+         "def train_digits_mine(steps, seed):\n"
+         "    import array_api_compat.numpy as xp\n"
+         "    from tostnp.backend import RNG\n"
+         "    from tostnp.models import vision_init\n"
+         "    from tostnp.exercises.images import digits_config\n"
+         "    return vision_init(digits_config(), RNG(seed), xp, dtype=xp.float32)\n",
+         "below 0.85"),
+        ("NaN in the params", "def train_digits_mine(steps, seed):\n"
+         "    import array_api_compat.numpy as xp\n"
+         "    from tostnp.backend import RNG\n"
+         "    from tostnp.models import vision_init\n"
+         "    from tostnp.exercises.images import digits_config\n"
+         "    p = vision_init(digits_config(), RNG(seed), xp, dtype=xp.float32)\n"
+         "    p['head.W'] = p['head.W'] * np.nan\n    return p\n", "NaN or inf"),
+        ("a key dropped", "def train_digits_mine(steps, seed):\n"
+         "    import array_api_compat.numpy as xp\n"
+         "    from tostnp.backend import RNG\n"
+         "    from tostnp.models import vision_init\n"
+         "    from tostnp.exercises.images import digits_config\n"
+         "    p = vision_init(digits_config(), RNG(seed), xp, dtype=xp.float32)\n"
+         "    p.pop(sorted(p)[0])\n    return p\n", "keys differ"),
+        ("returns the loss", "def train_digits_mine(steps, seed):\n    return 0.1\n",
+         "return the trained parameters"),
+    ],
+    "membership_maps": [
+        ("transposed maps", "import matplotlib.pyplot as plt\n"
+         "def membership_maps_mine(Pi, grid):\n"
+         "    fig, axes = plt.subplots(1, Pi.shape[0], squeeze=False)\n"
+         "    for k, ax in enumerate(axes[0]):\n"
+         "        ax.imshow(Pi[k].reshape(grid, grid).T, vmin=0, vmax=1)\n"
+         "    return fig\n", "row by row"),
+        ("own colour scale per head", "import matplotlib.pyplot as plt\n"
+         "def membership_maps_mine(Pi, grid):\n"
+         "    fig, axes = plt.subplots(1, Pi.shape[0], squeeze=False)\n"
+         "    for k, ax in enumerate(axes[0]):\n"
+         "        ax.imshow(Pi[k].reshape(grid, grid))\n"
+         "    return fig\n", "share one scale"),
+        ("one argmax panel", "import matplotlib.pyplot as plt\n"
+         "def membership_maps_mine(Pi, grid):\n"
+         "    fig, ax = plt.subplots()\n"
+         "    ax.imshow(Pi.argmax(0).reshape(grid, grid))\n"
+         "    return fig\n", "one per head"),
+        ("forgot return", "import matplotlib.pyplot as plt\n"
+         "def membership_maps_mine(Pi, grid):\n"
+         "    fig, ax = plt.subplots()\n", "return the matplotlib Figure"),
+        ("plots the heads of a token instead", "import matplotlib.pyplot as plt\n"
+         "def membership_maps_mine(Pi, grid):\n"
+         "    fig, axes = plt.subplots(1, Pi.shape[0], squeeze=False)\n"
+         "    for k, ax in enumerate(axes[0]):\n"
+         "        ax.imshow(np.resize(Pi[:, k], (grid, grid)), vmin=0, vmax=1)\n"
+         "    return fig\n", "the image of head"),
+    ],
+    "prefix_statistics": [
+        ("suffix sums", "def prefix_statistics_mine(w, Pi, num_heads):\n"
+         "    p = w.shape[-1] // num_heads\n"
+         "    r = lambda a: np.flip(np.cumsum(np.flip(a, 1), 1), 1)\n"
+         "    return r(w**2), r(np.repeat(Pi, p, -1) * w**2), r(Pi)\n", "suffix sums"),
+        ("exclusive", "_ok = prefix_statistics_mine\n"
+         "def prefix_statistics_mine(w, Pi, num_heads):\n"
+         "    p = w.shape[-1] // num_heads\n"
+         "    S1, S2, S3 = _ok(w, Pi, num_heads)\n"
+         "    return S1 - w**2, S2 - np.repeat(Pi, p, -1) * w**2, S3 - Pi\n", "include itself"),
+        ("whole-sequence sums", "def prefix_statistics_mine(w, Pi, num_heads):\n"
+         "    p = w.shape[-1] // num_heads\n"
+         "    f = lambda a: np.broadcast_to(a.sum(1, keepdims=True), a.shape)\n"
+         "    return f(w**2), f(np.repeat(Pi, p, -1) * w**2), f(Pi)\n", "whole sequence"),
+        ("cumsum over features", "def prefix_statistics_mine(w, Pi, num_heads):\n"
+         "    p = w.shape[-1] // num_heads\n"
+         "    return np.cumsum(w**2, -1), np.cumsum(np.repeat(Pi, p, -1) * w**2, -1),"
+         " np.cumsum(Pi, -1)\n", "wrong axis"),
+        ("heads tiled", "_ok = prefix_statistics_mine\n"
+         "def prefix_statistics_mine(w, Pi, num_heads):\n"
+         "    p = w.shape[-1] // num_heads\n"
+         "    S1, _, S3 = _ok(w, Pi, num_heads)\n"
+         "    return S1, np.cumsum(np.tile(Pi, (1, 1, p)) * w**2, 1), S3\n", "its own head"),
+    ],
+    "causal_tssa_forward": [
+        ("non-causal statistics", "import tostnp.nn as _nn\n"
+         "def causal_tssa_forward_mine(x, params, num_heads):\n"
+         "    B, T, C = x.shape; h = num_heads; p = C // h\n"
+         "    w = x @ params['W_u'] + params['b_u']\n"
+         "    S1 = np.maximum((w**2).sum(1, keepdims=True), 1e-24)\n"
+         "    q = (w**2 / S1).reshape(B, T, h, p).sum(-1) * params['temp'][:, 0]\n"
+         "    e = np.exp(q - q.max(-1, keepdims=True)); Pi = e / e.sum(-1, keepdims=True)\n"
+         "    Pc = np.repeat(Pi, p, -1)\n"
+         "    m = (Pc * w**2).sum(1, keepdims=True) / (np.repeat(Pi.sum(1, keepdims=True), p, -1)"
+         " + 1e-8)\n"
+         "    return (-w * Pc / (1 + m)) @ params['W_o'] + params['b_o']\n", "sees the future"),
+        ("no denom_bias", "_ok = causal_tssa_forward_mine\n"
+         "def causal_tssa_forward_mine(x, params, num_heads):\n"
+         "    return _ok(x, dict(params, denom_bias=0 * params['denom_bias']), num_heads)\n",
+         "denom_bias is not added"),
+        ("bias not times p", "_ok = causal_tssa_forward_mine\n"
+         "def causal_tssa_forward_mine(x, params, num_heads):\n"
+         "    p = x.shape[-1] // num_heads\n"
+         "    return _ok(x, dict(params, denom_bias=params['denom_bias'] / p), num_heads)\n",
+         "y for"),
+        ("sign", "_ok = causal_tssa_forward_mine\n"
+         "def causal_tssa_forward_mine(x, params, num_heads):\n"
+         "    return 2 * params['b_o'] - _ok(x, params, num_heads)\n", "y for"),
+        ("calls tostnp", "import tostnp.nn as nn\n"
+         "def causal_tssa_forward_mine(x, params, num_heads):\n"
+         "    return nn.tssa_forward(x, params, num_heads, causal=True)[0]\n",
+         "without calling the tostnp code"),
+    ],
+    "decode_step": [
+        ("output before the update", "def decode_step_mine(state, x_t, params, num_heads, t):\n"
+         "    B, C = x_t.shape; h = num_heads; p = C // h\n"
+         "    w = x_t @ params['W_u'] + params['b_u']\n"
+         "    q = (w**2 / np.maximum(state['S1'], 1e-12)).reshape(B, h, p).sum(-1)"
+         " + p * params['denom_bias'][:, t, 0]\n"
+         "    l = q * params['temp'][:, 0]; e = np.exp(l - l.max(-1, keepdims=True))\n"
+         "    Pi = e / e.sum(-1, keepdims=True); Pc = np.repeat(Pi, p, -1)\n"
+         "    m = state['S2'] / (np.repeat(state['S3'], p, -1) + 1e-8)\n"
+         "    y = (-w * Pc / (1 + m)) @ params['W_o'] + params['b_o']\n"
+         "    return y, {'S1': state['S1'] + w**2, 'S2': state['S2'] + Pc * w**2,"
+         " 'S3': state['S3'] + Pi, 't': t + 1}\n", "must see itself"),
+        ("state mutated in place", "_ok = decode_step_mine\n"
+         "def decode_step_mine(state, x_t, params, num_heads, t):\n"
+         "    y, new = _ok(state, x_t, params, num_heads, t)\n"
+         "    state['S1'][...] = new['S1']\n    return y, new\n", "was modified"),
+        ("t not advanced", "_ok = decode_step_mine\n"
+         "def decode_step_mine(state, x_t, params, num_heads, t):\n"
+         "    y, new = _ok(state, x_t, params, num_heads, t)\n"
+         "    return y, dict(new, t=t)\n", "state's t"),
+        ("returns y only", "_ok = decode_step_mine\n"
+         "def decode_step_mine(state, x_t, params, num_heads, t):\n"
+         "    return _ok(state, x_t, params, num_heads, t)[0]\n", "return a pair"),
+        ("forgets S3", "_ok = decode_step_mine\n"
+         "def decode_step_mine(state, x_t, params, num_heads, t):\n"
+         "    y, new = _ok(state, x_t, params, num_heads, t)\n"
+         "    return y, dict(new, S3=state['S3'])\n", "y at token"),
+    ],
+    "xp_coding_rate": [
+        ("np.linalg on device arrays", "def xp_coding_rate_mine(Z, eps):\n"
+         "    n, d = Z.shape\n"
+         "    return 0.5 * np.linalg.slogdet(np.eye(d) + d / (n * eps**2) * Z.T @ Z)[1]\n",
+         "namespace of the input"),
+        ("eye without device", "import array_api_compat\n"
+         "def xp_coding_rate_mine(Z, eps):\n"
+         "    xp = array_api_compat.array_namespace(Z); n, d = Z.shape\n"
+         "    G = xp.eye(d, dtype=Z.dtype) + d / (n * eps**2) * (xp.matrix_transpose(Z) @ Z)\n"
+         "    return 0.5 * xp.linalg.slogdet(G)[1]\n", "device"),
+        ("float() to the host", "_ok = xp_coding_rate_mine\n"
+         "def xp_coding_rate_mine(Z, eps):\n    return float(_ok(Z, eps))\n",
+         "xp_coding_rate"),
+        ("forgot the 1/2", "_ok = xp_coding_rate_mine\n"
+         "def xp_coding_rate_mine(Z, eps):\n    return 2 * _ok(Z, eps)\n", "factor 1/2"),
+    ],
+    "xp_softmax": [
+        ("np.exp", "def xp_softmax_mine(l):\n"
+         "    e = np.exp(l - l.max(axis=-1, keepdims=True))\n"
+         "    return e / e.sum(axis=-1, keepdims=True)\n", "namespace of the input"),
+        ("no shift: overflow", "import array_api_compat\n"
+         "def xp_softmax_mine(l):\n"
+         "    xp = array_api_compat.array_namespace(l); e = xp.exp(l)\n"
+         "    return e / xp.sum(e, axis=-1, keepdims=True)\n", "NaN or inf"),
+        ("first axis", "import array_api_compat\n"
+         "def xp_softmax_mine(l):\n"
+         "    xp = array_api_compat.array_namespace(l)\n"
+         "    e = xp.exp(l - xp.max(l, axis=0, keepdims=True))\n"
+         "    return e / xp.sum(e, axis=0, keepdims=True)\n", "wrong axis"),
+        ("returns a NumPy array", "_ok = xp_softmax_mine\n"
+         "def xp_softmax_mine(l):\n"
+         "    from tostnp.backend import to_host\n    return to_host(_ok(l))\n",
+         "stay on the device"),
+    ],
+})
+
+_MSSA = ("def mssa_mine(Z, U, beta):\n"
+         "    out = np.zeros_like(Z)\n"
+         "    for k in range(U.shape[0]):\n"
+         "        P = Z @ U[k]; S = P @ P.T\n"
+         "        A = np.exp(S - S.max(axis={ax}, keepdims=True)); A = A / A.sum(axis={ax},"
+         " keepdims=True)\n"
+         "        out += {b} * {body}\n"
+         "    return out\n")
+MUTANTS.update({
+    "mssa": [
+        ("softmax over columns", _MSSA.format(ax=0, b="beta", body="A @ P @ U[k].T"), "wrong axis"),
+        ("no softmax", _MSSA.format(ax=1, b="beta", body="S @ P @ U[k].T"), "row-wise softmax"),
+        ("not mapped back", _MSSA.format(ax=1, b="beta", body="A @ Z"), "mapped back"),
+        ("no beta", _MSSA.format(ax=1, b="1.0", body="A @ P @ U[k].T"), "divided by beta"),
+        ("no max shift", "def mssa_mine(Z, U, beta):\n"
+         "    out = np.zeros_like(Z)\n"
+         "    for k in range(U.shape[0]):\n"
+         "        P = Z @ U[k]; A = np.exp(P @ P.T)\n"
+         "        out += beta * (A / A.sum(1, keepdims=True)) @ P @ U[k].T\n"
+         "    return out * 1.000001\n", "MSSA for"),
+    ],
+    "series_error": [
+        ("one-term series", "def series_error_mine(Z, U, beta):\n"
+         "    n = Z.shape[0]; ex = 0; ap = 0\n"
+         "    for k in range(U.shape[0]):\n"
+         "        P = Z @ U[k]\n"
+         "        ex = ex + np.linalg.solve(np.eye(n) + beta * P @ P.T, P) @ U[k].T\n"
+         "        ap = ap + P @ U[k].T\n"
+         "    return float(np.linalg.norm(ex - ap) / np.linalg.norm(ex))\n", "ONE-term"),
+        ("relative to the approximation", "def series_error_mine(Z, U, beta):\n"
+         "    n = Z.shape[0]; ex = 0; ap = 0\n"
+         "    for k in range(U.shape[0]):\n"
+         "        P = Z @ U[k]; G = P @ P.T\n"
+         "        ex = ex + np.linalg.solve(np.eye(n) + beta * G, P) @ U[k].T\n"
+         "        ap = ap + (P - beta * G @ P) @ U[k].T\n"
+         "    return float(np.linalg.norm(ex - ap) / np.linalg.norm(ap))\n", "divide by the exact"),
+        ("absolute error", "def series_error_mine(Z, U, beta):\n"
+         "    n = Z.shape[0]; ex = 0; ap = 0\n"
+         "    for k in range(U.shape[0]):\n"
+         "        P = Z @ U[k]; G = P @ P.T\n"
+         "        ex = ex + np.linalg.solve(np.eye(n) + beta * G, P) @ U[k].T\n"
+         "        ap = ap + (P - beta * G @ P) @ U[k].T\n"
+         "    return float(np.linalg.norm(ex - ap))\n", "the error at beta"),
+        ("sign of the series term", "def series_error_mine(Z, U, beta):\n"
+         "    n = Z.shape[0]; ex = 0; ap = 0\n"
+         "    for k in range(U.shape[0]):\n"
+         "        P = Z @ U[k]; G = P @ P.T\n"
+         "        ex = ex + np.linalg.solve(np.eye(n) + beta * G, P) @ U[k].T\n"
+         "        ap = ap + (P + beta * G @ P) @ U[k].T\n"
+         "    return float(np.linalg.norm(ex - ap) / np.linalg.norm(ex))\n", "the error at beta"),
+    ],
+})

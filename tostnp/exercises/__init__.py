@@ -16,6 +16,12 @@ from .variational import (check_variational_compression, check_tight_basis,
                           check_membership, check_tssa_step)
 from .tssa import (check_tssa_memberships, check_tssa_forward, check_numerical_gradient,
                    check_softmax_heads_backward, check_token_norm_backward, check_tssa_backward)
+from .attention import check_softmax_attention, check_loglog_slope, check_attention_scaling
+from .block import check_layer_norm, check_layer_norm_backward, check_tost_block
+from .images import check_patchify, check_adam_step, check_digits_training, check_membership_maps
+from .causal import check_prefix_statistics, check_causal_tssa_forward, check_decode_step
+from .gpu import check_xp_coding_rate, check_xp_softmax
+from .white_box import check_mssa, check_series_error
 
 __all__ = [n for n in dir() if n.startswith("check_")] + [
     "Delegated", "Fail", "NotWritten", "HIDDEN_ENV", "RESULTS_ENV"]

@@ -63,6 +63,9 @@ def forbid(*modules: str):
     e.g. ``"tostnp.objective"``, ``"autograd"``); raises :class:`Delegated` afterwards if one
     happened. Every alias of a function shares its code object, so ``from tostnp import
     coding_rate as my_rate`` is caught as well as ``tostnp.coding_rate``."""
+    if not modules:
+        yield
+        return
     for m in modules:                       # import them so that their files are known
         try:
             __import__(m)
