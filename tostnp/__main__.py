@@ -20,6 +20,8 @@ COMMANDS = {
                 "exchange weights with the published PyTorch ToST (.safetensors)"),
     "bench": ("tostnp.commands.bench", "benchmark TSSA against softmax and linear attention"),
     "exercises": ("tostnp.commands.exercises", "exercise notebooks: start, check, build, grade"),
+    "experiment": ("tostnp.commands.experiment",
+                   "run an experiment that answers the reviewers (mixers compared, over seeds)"),
 }
 
 

@@ -53,6 +53,8 @@ def layer_statistics(params: dict, cfg, images) -> list:
     images: (B, H, W, Cin) on the model's device -> list of dicts of arrays (same namespace).
     """
     from .models.vision import vision_forward
+    if cfg.mixer != "tssa":
+        raise ValueError(f"layer statistics need TSSA blocks; this model's mixer is {cfg.mixer!r}")
     xp = backend.namespace(images)
     _, cache = vision_forward(images, params, cfg)
     h, C = cfg.num_heads, cfg.width
@@ -192,7 +194,7 @@ def vision_figures(checkpoint: str, out_dir: str, *, xp=None, num_images: int = 
     pick = [int(np.flatnonzero(y_test == c)[0]) for c in np.unique(y_test)[:num_images]]
     imgs = backend.from_host(xp, X_test[pick], dtype=xp.float32)
     stats = layer_statistics(params, cfg, imgs)
-    Pi_last = backend.to_host(stats[-1]["Pi"])
+    Pi_last = backend.to_host(stats[-1]["Pi"])[:, :, :cfg.num_patches]   # registers dropped
     p1 = plot_memberships(X_test[pick], Pi_last, cfg.grid, os.path.join(out_dir,
                                                                           "memberships.png"))
     batch = backend.from_host(xp, X_test[:num_stat_images], dtype=xp.float32)

@@ -23,9 +23,10 @@ from . import backend
 from .data import iterate_minibatches, random_shift, sample_lm_batch, unigram_bits_per_char
 from .models.vision import vision_init, vision_forward, vision_loss_and_grads
 from .models.lm import lm_init, lm_forward, lm_loss_and_grads
+from .models.seqcls import seqcls_init, seqcls_forward, seqcls_loss_and_grads
 from .nn.layers import softmax_cross_entropy_forward
 
-__all__ = ["VisionTask", "LMTask"]
+__all__ = ["VisionTask", "SeqTask", "LMTask"]
 
 
 class VisionTask:
@@ -41,10 +42,7 @@ class VisionTask:
         self.cfg = cfg
         self.X_train, self.y_train, self.X_test, self.y_test = data
         self.val = None if val is None else (val[0], val[1])
-        if tuple(self.X_train.shape[1:]) != (cfg.image_size, cfg.image_size, cfg.in_chans):
-            raise ValueError(f"the {data_name} images have shape {self.X_train.shape[1:]}, but "
-                             f"the config expects ({cfg.image_size}, {cfg.image_size}, "
-                             f"{cfg.in_chans}); pick a matching --config")
+        self._check_data(data_name)
         self.batch_size = min(int(batch_size), len(self.X_train))
         self.augment_shift = int(augment_shift)
         self.xp = backend.get_xp("cpu") if xp is None else xp
@@ -57,6 +55,24 @@ class VisionTask:
         self.rng = backend.RNG(seed + 1)  # data order + augmentation (init uses RNG(seed))
         self.perm = self.rng.permutation(len(self.X_train))
         self.pos = 0
+
+    def _check_data(self, data_name):
+        cfg = self.cfg
+        if tuple(self.X_train.shape[1:]) != (cfg.image_size, cfg.image_size, cfg.in_chans):
+            raise ValueError(f"the {data_name} images have shape {self.X_train.shape[1:]}, but "
+                             f"the config expects ({cfg.image_size}, {cfg.image_size}, "
+                             f"{cfg.in_chans}); pick a matching --config")
+
+    def _inputs(self, X, train: bool):
+        """Host inputs of a batch -> host model inputs (training batches are augmented)."""
+        return random_shift(X, self.augment_shift, self.rng) if train else X
+
+    def _forward(self, X, params):
+        return vision_forward(X, params, self.cfg)
+
+    def _loss_and_grads(self, params, X, y):
+        # train=True: BatchNorm uses batch statistics and updates its running ones in params
+        return vision_loss_and_grads(params, X, y, self.cfg, train=True)
 
     @property
     def steps_per_epoch(self) -> int:
@@ -79,13 +95,11 @@ class VisionTask:
             self.pos = 0
         idx = self.perm[self.pos:self.pos + self.batch_size]
         self.pos += self.batch_size
-        X = random_shift(self.X_train[idx], self.augment_shift, self.rng)
-        return self._to_device(X, self.y_train[idx])
+        return self._to_device(self._inputs(self.X_train[idx], True), self.y_train[idx])
 
     def loss_and_grads(self, params, batch):
         images, labels = batch
-        # train=True: BatchNorm uses batch statistics and updates its running ones in params
-        loss, grads, logits = vision_loss_and_grads(params, images, labels, self.cfg, train=True)
+        loss, grads, logits = self._loss_and_grads(params, images, labels)
         xp = self.xp
         acc = xp.mean(xp.astype(xp.argmax(logits, axis=-1) == labels, self.dtype))
         return loss, grads, {"acc": acc}
@@ -105,8 +119,8 @@ class VisionTask:
         tot_loss, correct, n = 0.0, 0, len(X_all)
         for Xb, yb in iterate_minibatches(X_all, y_all, self.eval_batch_size, None,
                                           shuffle=False):
-            X, y = self._to_device(Xb, yb)
-            logits, _ = vision_forward(X, params, self.cfg)
+            X, y = self._to_device(self._inputs(Xb, False), yb)
+            logits, _ = self._forward(X, params)
             loss, _ = softmax_cross_entropy_forward(logits, y)
             tot_loss += float(loss) * y.shape[0]
             correct += int(xp.sum(xp.astype(xp.argmax(logits, axis=-1) == y, xp.int64)))
@@ -122,6 +136,41 @@ class VisionTask:
 
     def meta(self) -> dict:
         return {"data": self.data_name, "augment_shift": self.augment_shift, **self.extra_meta}
+
+
+class SeqTask(VisionTask):
+    """A sequence classifier (:mod:`tostnp.models.seqcls`) on host arrays: X (n, N, d) float
+    features, or (n, N) int token ids given one-hot to the model (``one_hot_vocab``).
+
+    Same batching, evaluation and state as :class:`VisionTask` (no augmentation).
+    """
+    kind = "seq"
+
+    def __init__(self, cfg, data, *, one_hot_vocab=None, **kw):
+        self.one_hot_vocab = one_hot_vocab
+        super().__init__(cfg, data, augment_shift=0, **kw)
+        self.title = f"{cfg.mixer} sequence classifier on {self.data_name}"
+
+    def _check_data(self, data_name):
+        d = self.one_hot_vocab or self.X_train.shape[-1]
+        if d != self.cfg.in_dim or self.X_train.shape[1] > self.cfg.max_len:
+            raise ValueError(f"the {data_name} sequences have shape {self.X_train.shape[1:]}, "
+                             f"but the config expects at most {self.cfg.max_len} tokens of "
+                             f"width {self.cfg.in_dim}")
+
+    def _inputs(self, X, train: bool):
+        if self.one_hot_vocab is None:
+            return X
+        return np.eye(self.one_hot_vocab, dtype=np.float32)[X]
+
+    def init_params(self, rng):
+        return seqcls_init(self.cfg, rng, self.xp, self.dtype, self.device)
+
+    def _forward(self, X, params):
+        return seqcls_forward(X, params, self.cfg)
+
+    def _loss_and_grads(self, params, X, y):
+        return seqcls_loss_and_grads(params, X, y, self.cfg)
 
 
 class LMTask:

@@ -23,6 +23,7 @@ from dataclasses import replace
 from .. import backend
 from ..models import configs as C
 from ..seeds import parse_seeds, run_over_seeds
+from ..nn.mixers import MIXERS
 from ._common import (add_device_argument, get_xp_or_exit, POSITIVE_INT, NONNEG_INT,
                       POSITIVE_FLOAT, NONNEG_FLOAT)
 
@@ -48,6 +49,8 @@ def add_arguments(parser) -> None:
                    help="share of each class of the training images held out as the validation "
                         "set (evaluated during training; the test set only at the end); "
                         "0 = none [0.1]")
+    v.add_argument("--registers", type=NONNEG_INT, default=None,
+                   help="register tokens mixed with the patches, dropped before pooling [0]")
     _add_common(v, "runs/vision")
     v.set_defaults(_train=_run_vision)
 
@@ -85,6 +88,9 @@ def _add_common(p, default_out) -> None:
     p.add_argument("--width", type=POSITIVE_INT, default=None, help="model width C")
     p.add_argument("--depth", type=POSITIVE_INT, default=None, help="number of ToST blocks")
     p.add_argument("--heads", type=POSITIVE_INT, default=None, help="number of heads h")
+    p.add_argument("--mixer", default=None, choices=list(MIXERS),
+                   help="token mixer of every block: tssa (ToST), tssa-uniform (Pi fixed to "
+                        "1/h), softmax, flash (softmax in O(N) memory), linear [tssa]")
     p.add_argument("--seed", type=NONNEG_INT, default=0, help="seed for init and data order [0]")
     p.add_argument("--seeds", default=None, metavar="LIST",
                    help="run once per seed, e.g. 0-4 or 0,2,7: each run in --out/seed-S, then "
@@ -267,7 +273,8 @@ def _run_vision(args, xp):
         cfg = C.get_vision_config(args.config, width=args.width, depth=args.depth,
                                   num_heads=args.heads, pool=args.pool,
                                   patch_size=args.patch_size,
-                                  layer_scale_init=args.layer_scale_init)
+                                  layer_scale_init=args.layer_scale_init, mixer=args.mixer,
+                                  num_registers=args.registers)
         data_name = args.data
         data_dir = os.path.abspath(args.data_dir) if args.data_dir else None
         shift = d.augment_shift if args.augment_shift is None else args.augment_shift
@@ -322,9 +329,10 @@ def _run_vision(args, xp):
     _say(args, f"test accuracy: {result['test_acc']:.4f} (test loss {result['test_loss']:.4f}, "
                f"{len(data[2])} images); training {cpu:.1f} s CPU time, {wall:.1f} s wall time")
     _finish(args, "vision", result)
-    from ..figures import vision_figures
-    paths = vision_figures(os.path.join(args.out, "checkpoint"), args.out, xp=xp)
-    _say(args, "figures: " + ", ".join(paths))
+    if cfg.mixer == "tssa":                # the figures read TSSA's memberships
+        from ..figures import vision_figures
+        paths = vision_figures(os.path.join(args.out, "checkpoint"), args.out, xp=xp)
+        _say(args, "figures: " + ", ".join(paths))
     _say(args, f"run directory: {args.out} (checkpoint.npz + .json, metrics.jsonl, result.json, "
                f"curves.png)")
     return 0, result
@@ -366,7 +374,7 @@ def _run_lm(args, xp):
         cfg = C.get_lm_config(args.config, vocab_size=tok.vocab_size, width=args.width,
                               depth=args.depth, num_heads=args.heads,
                               block_size=args.block_size,
-                              layer_scale_init=args.layer_scale_init)
+                              layer_scale_init=args.layer_scale_init, mixer=args.mixer)
         d = C.LM_TRAIN_PRESET
         steps = _given(args.steps, d.steps)
         tcfg = TrainConfig(steps=steps, batch_size=_given(args.batch_size, d.batch_size),

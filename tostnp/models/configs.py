@@ -10,7 +10,9 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, fields, replace
 
-__all__ = ["VisionConfig", "LMConfig", "VISION_CONFIGS", "LM_CONFIGS", "get_vision_config",
+from ..nn.mixers import check_mixer
+
+__all__ = ["VisionConfig", "LMConfig", "SeqConfig", "VISION_CONFIGS", "LM_CONFIGS", "get_vision_config",
            "get_lm_config", "VisionTrainPreset", "LMTrainPreset", "VISION_TRAIN_PRESETS",
            "LM_TRAIN_PRESET", "get_vision_train_preset", "config_from_dict",
            "dataclass_from_dict"]
@@ -59,6 +61,9 @@ class VisionConfig:
     (exact) instead of "tanh"; cab "published" (XCiT's class-attention block with tokens_norm:
     the patch tokens are re-normalised too) -- "cls-only" is the earlier CaiT-style block that
     updates the class token only.
+    mixer: the token mixer of every block (:data:`tostnp.nn.mixers.MIXERS`; "tssa" is ToST, the
+    others are baselines in the same model); num_registers: extra learned tokens that go
+    through the blocks with the patches and are dropped before pooling (Darcet et al. 2024).
     """
     image_size: int = 8
     in_chans: int = 1
@@ -77,6 +82,8 @@ class VisionConfig:
     pos: str = "learned"
     gelu: str = "tanh"
     cab: str = "published"
+    mixer: str = "tssa"
+    num_registers: int = 0
 
     @property
     def num_patches(self) -> int:
@@ -104,6 +111,10 @@ class VisionConfig:
         if self.stem == "conv":
             from ..nn.stem import stem_channels
             stem_channels(self.in_chans, self.width, self.patch_size)   # ValueError if unfit
+        check_mixer(self.mixer)
+        if isinstance(self.num_registers, bool) or not isinstance(self.num_registers, int) \
+                or self.num_registers < 0:
+            raise ValueError(f"num_registers must be an int >= 0, got {self.num_registers!r}")
         return self
 
 
@@ -117,6 +128,8 @@ class LMConfig:
     bias: linear biases (TSSA and MLP) and LayerNorm shifts, as nanoGPT's ``bias`` (the published
     training uses False); ln_bias: LayerNorm shifts alone, None = same as ``bias`` ("tiny-char"
     keeps its shifts without linear biases); gelu: "tanh" or "erf" (exact, as published).
+    mixer: the causal token mixer of every block (:data:`tostnp.nn.mixers.MIXERS`; "tssa" is
+    ToST).
     """
     vocab_size: int = 65
     block_size: int = 64
@@ -130,6 +143,7 @@ class LMConfig:
     bias: bool = False
     ln_bias: bool | None = None
     gelu: str = "tanh"
+    mixer: str = "tssa"
 
     @property
     def ln_shift(self) -> bool:
@@ -149,6 +163,39 @@ class LMConfig:
             v = getattr(self, f)
             if not (isinstance(v, bool) or (f == "ln_bias" and v is None)):
                 raise ValueError(f"{f} must be True or False, got {v!r}")
+        check_mixer(self.mixer)
+        return self
+
+
+@dataclass(frozen=True)
+class SeqConfig:
+    """A sequence classifier (see :mod:`tostnp.models.seqcls`), for the synthetic tasks.
+
+    in_dim d: width of the input features (the vocabulary size for one-hot tokens); max_len:
+    the longest sequence (the position table has 1 + max_len rows, the CLS token first);
+    num_classes; width C, depth, num_heads h, mlp_ratio; mixer (:data:`tostnp.nn.mixers.MIXERS`);
+    layer_scale_init, ln_eps, init_std as in :class:`VisionConfig`.
+    """
+    in_dim: int = 16
+    max_len: int = 512
+    num_classes: int = 2
+    width: int = 32
+    depth: int = 2
+    num_heads: int = 4
+    mlp_ratio: int = 2
+    mixer: str = "tssa"
+    layer_scale_init: float = 1.0
+    ln_eps: float = 1e-6
+    init_std: float = 0.02
+
+    def validate(self) -> "SeqConfig":
+        if self.width % self.num_heads:
+            raise ValueError(f"width ({self.width}) must be a multiple of num_heads "
+                             f"({self.num_heads})")
+        for f in ("in_dim", "max_len", "num_classes", "width", "depth", "num_heads", "mlp_ratio"):
+            if getattr(self, f) < 1:
+                raise ValueError(f"{f} must be >= 1, got {getattr(self, f)}")
+        check_mixer(self.mixer)
         return self
 
 

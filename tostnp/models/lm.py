@@ -52,7 +52,7 @@ def lm_init(cfg: LMConfig, rng, xp, dtype=None, device=None) -> dict:
                                 max_len=cfg.block_size, bias=cfg.bias, ln_bias=cfg.ln_shift,
                                 layer_scale_init=cfg.layer_scale_init,
                                 mlp_ratio=cfg.mlp_ratio, dtype=dtype, device=device,
-                                std=std, std_out=std_out)
+                                std=std, std_out=std_out, mixer=cfg.mixer)
         params.update(prefixed(bp, f"blocks.{i}"))
     params["ln_f.gamma"] = xp.ones((C,), dtype=dtype, device=device)
     if cfg.ln_shift:
@@ -93,7 +93,8 @@ def _forward(ids, params, cfg, xp):
     c_blocks = []
     for i in range(cfg.depth):
         x, c = Bk.tost_block_forward(x, sub(params, f"blocks.{i}"), cfg.num_heads,
-                                     causal=True, ln_eps=cfg.ln_eps, gelu=cfg.gelu)
+                                     causal=True, ln_eps=cfg.ln_eps, gelu=cfg.gelu,
+                                     mixer=cfg.mixer)
         c_blocks.append(c)
     h, c_ln = L.layer_norm_forward(x, params["ln_f.gamma"], params.get("ln_f.beta"), cfg.ln_eps)
     logits = h @ xp.matrix_transpose(params["wte"])                        # (B, T, V)
@@ -211,6 +212,14 @@ def lm_generate(params: dict, cfg: LMConfig, prompt_ids, length: int, *,
         raise ValueError(f"length must be >= 0, got {length}")
     rng = backend.RNG(seed)
     seq = xp.astype(prompt_ids, xp.int64)                                  # (B, T0)
+    if cfg.mixer != "tssa":
+        # the baselines (and TSSA with a fixed Pi) have no recurrent decoder here: re-run the
+        # forward over the last block_size tokens for every new token (O(T) per token or more)
+        for _ in range(length):
+            logits, _ = lm_forward(seq[:, -cfg.block_size:], params, cfg)
+            nxt = _pick(logits[:, -1, :], temperature, top_k, rng)         # (B,)
+            seq = xp.concat([seq, xp.reshape(nxt, (-1, 1))], axis=1)
+        return seq
     dec = _Decoder(params, cfg, seq.shape[0])
 
     def feed(tokens):                                                      # (B, t) -> logits

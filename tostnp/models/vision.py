@@ -19,6 +19,12 @@ the published class-attention block; their parameter counts are the published 5,
 and a learned position table ("learned"). XCiT's local patch interaction is absent in both
 (the published ToST does not use it either).
 
+Registers (``cfg.num_registers`` = R > 0, Darcet et al. 2024, "Vision Transformers Need
+Registers"): R learned tokens (no position embedding) are appended to the patch tokens, mixed
+with them in every block, and dropped before pooling; they give the model somewhere other than
+a patch to keep global information. The token mixer of the blocks is ``cfg.mixer`` (TSSA for
+ToST; the baselines of :mod:`tostnp.nn.mixers` in the same model for comparisons).
+
 BatchNorm makes the model stateful: ``vision_forward(..., train=True)`` normalises with batch
 statistics and returns the updated running statistics in ``cache["state"]``;
 :func:`vision_loss_and_grads` with ``train=True`` writes them into ``params`` (PyTorch's
@@ -26,7 +32,8 @@ statistics and returns the updated running statistics in ``cache["state"]``;
 
 Parameters are one flat dict with dotted names: "patch.W", "patch.b" (linear stem) or
 "stem.{s}.conv.W", "stem.{s}.bn.*" (conv stem; the bn running statistics are state), "pos_embed"
-(learned) or "pos.W" (64, C), "pos.b" (Fourier), "blocks.{i}.<tost block keys>", "cls_token",
+(learned) or "pos.W" (64, C), "pos.b" (Fourier), "registers" (1, R, C) if R > 0,
+"blocks.{i}.<tost block keys>", "cls_token",
 "cab.{j}.<class-attention block keys>", "norm.gamma", "norm.beta", "head.W", "head.b".
 """
 from __future__ import annotations
@@ -78,10 +85,12 @@ def vision_init(cfg: VisionConfig, rng, xp, dtype=None, device=None) -> dict:
         params["pos.b"] = xp.zeros((C,), dtype=dtype, device=device)
     else:
         params["pos_embed"] = _normal(rng, xp, (1, cfg.num_patches, C), dtype, std, device)
+    if cfg.num_registers:
+        params["registers"] = _normal(rng, xp, (1, cfg.num_registers, C), dtype, std, device)
     for i in range(cfg.depth):
         bp = Bk.tost_block_init(rng, xp, C, cfg.num_heads, causal=False, bias=True,
                                 layer_scale_init=cfg.layer_scale_init, mlp_ratio=cfg.mlp_ratio,
-                                dtype=dtype, device=device, std=std)
+                                dtype=dtype, device=device, std=std, mixer=cfg.mixer)
         params.update(prefixed(bp, f"blocks.{i}"))
     if cfg.pool == "cls":
         params["cls_token"] = _normal(rng, xp, (1, 1, C), dtype, std, device)
@@ -108,7 +117,8 @@ def vision_forward(images, params: dict, cfg: VisionConfig, train: bool = False)
     ``cache["state"]`` holds the updated running statistics (keys as in ``params``); otherwise
     evaluation mode and ``cache["state"]`` is empty. cache["blocks"][i] is the i-th ToST block's
     cache (the TSSA memberships live there; see :func:`tostnp.figures.memberships`),
-    cache["tokens_in"][i] its input (B, N, C).
+    cache["tokens_in"][i] its input (B, N + R, C): the N patch tokens, then the
+    R = cfg.num_registers register tokens.
     """
     xp = check_array(images, "images", ndim=4, shape_desc="(B, H, W, Cin)")
     S, Cin = cfg.image_size, cfg.in_chans
@@ -139,12 +149,18 @@ def _forward(images, params, cfg, xp, train):
         x = x + pos
     else:
         x = x + params["pos_embed"]
+    N = x.shape[1]
+    if cfg.num_registers:                                                  # (B, N + R, C)
+        R = cfg.num_registers
+        x = xp.concat([x, xp.broadcast_to(params["registers"], (B, R, cfg.width))], axis=1)
     c_blocks, tokens_in = [], []
     for i in range(cfg.depth):
         tokens_in.append(x)
         x, c = Bk.tost_block_forward(x, sub(params, f"blocks.{i}"), cfg.num_heads,
-                                     causal=False, ln_eps=cfg.ln_eps, gelu=cfg.gelu)
+                                     causal=False, ln_eps=cfg.ln_eps, gelu=cfg.gelu,
+                                     mixer=cfg.mixer)
         c_blocks.append(c)
+    x = x[:, :N, :]                                                        # registers dropped
     c_cab = []
     if cfg.pool == "cls":
         C = cfg.width
@@ -191,9 +207,16 @@ def _backward(dlogits, cache) -> dict:
     else:
         N = x.shape[1]
         dx = xp.broadcast_to(xp.reshape(dpooled, (B, 1, cfg.width)) / N, x.shape)
+    if cfg.num_registers:                       # the registers leave the blocks without a gradient
+        dx = xp.concat([dx, xp.zeros((B, cfg.num_registers, cfg.width), dtype=dx.dtype,
+                                     device=backend.device_of(dx))], axis=1)
     for i in reversed(range(cfg.depth)):
         dx, g = Bk.tost_block_backward(dx, cache["blocks"][i])
         grads.update(prefixed(g, f"blocks.{i}"))
+    if cfg.num_registers:
+        N = cfg.num_patches
+        grads["registers"] = xp.sum(dx[:, N:, :], axis=0, keepdims=True)  # (1, R, C)
+        dx = dx[:, :N, :]
     if cfg.pos == "fourier":
         _, g = L.linear_backward(xp.sum(dx, axis=0), cache["pos"])        # (N, C) -> W, b
         grads.update(prefixed(g, "pos"))
@@ -236,5 +259,7 @@ def vision_predict(params: dict, images, cfg: VisionConfig, batch_size: int = 51
 
 
 def describe(cfg: VisionConfig, params: dict) -> str:
-    return (f"ToST vision: {cfg.depth} blocks, width {cfg.width}, {cfg.num_heads} heads, "
-            f"{cfg.num_patches} patch tokens, pool={cfg.pool}: {num_params(params):,} parameters")
+    extra = f", {cfg.num_registers} registers" if cfg.num_registers else ""
+    return (f"ToST vision ({cfg.mixer}): {cfg.depth} blocks, width {cfg.width}, "
+            f"{cfg.num_heads} heads, {cfg.num_patches} patch tokens{extra}, pool={cfg.pool}: "
+            f"{num_params(params):,} parameters")

@@ -11,6 +11,11 @@ Backward runs the same chain in reverse; each residual adds its two gradient pat
     "ls1.gamma" (C,)                    "ln2.gamma", "ln2.beta" (C,) opt
     "mlp.W1" (C, H), "mlp.b1" (H,) opt, "mlp.W2" (H, C), "mlp.b2" (C,) opt      "ls2.gamma" (C,)
 
+``mixer`` (default "tssa") swaps TSSA for another token mixer of :mod:`tostnp.nn.mixers`
+(uniform-Pi TSSA, softmax, flash or linear attention; the attention mixers' parameters sit under
+"attn." -- "attn.W_qkv" (C, 3C), "attn.b_qkv", "attn.W_o", "attn.b_o"), with everything else in
+the block unchanged: the experiments' comparisons differ only there.
+
 The recurrent decoder (:func:`tost_block_decode_step`) reuses the per-token layers (LayerNorm,
 LayerScale, MLP act on each token alone) and carries only the TSSA prefix statistics.
 """
@@ -20,61 +25,63 @@ from .._validate import check_array, check_positive
 from ..params import check_params, sub, prefixed
 from .layers import (LN_EPS, layer_norm_forward, layer_norm_backward, mlp_forward, mlp_backward,
                      layer_scale_forward, layer_scale_backward)
-from .tssa import tssa_forward, tssa_backward, tssa_init, tssa_decode_init, tssa_decode_step
+from .mixers import mixer_prefix, mixer_spec, mixer_init, mixer_forward, mixer_backward
+from .tssa import tssa_decode_init, tssa_decode_step
 
 __all__ = ["tost_block_forward", "tost_block_backward", "tost_block_init",
            "tost_block_decode_init", "tost_block_decode_step"]
 
-def _split(params, C: int, num_heads: int, causal: bool, dtype):
-    """Check the flat params and split them into sub-layer dicts (tssa, mlp)."""
+def _split(params, C: int, num_heads: int, causal: bool, dtype, mixer: str = "tssa"):
+    """Check the flat params and split them into sub-layer dicts (mixer, mlp)."""
     if isinstance(num_heads, bool) or not isinstance(num_heads, int) or num_heads < 1:
         raise ValueError(f"num_heads must be a positive int, got {num_heads!r}")
     if C % num_heads != 0:
         raise ValueError(f"num_heads={num_heads} must divide the width C={C}")
     if not isinstance(params, dict):
         raise TypeError(f"params must be a dict of arrays, got {type(params).__name__}")
-    W_u = params.get("tssa.W_u")
-    if getattr(W_u, "ndim", 0) == 2 and W_u.shape[0] != C:
-        raise ValueError(f"the input has width C={C} but params['tssa.W_u'] has shape "
-                         f"{tuple(W_u.shape)}; expected ({C}, {C})")
+    pre = mixer_prefix(mixer)
+    w_in, out = ("tssa.W_u", C) if pre == "tssa" else ("attn.W_qkv", 3 * C)
+    W_in = params.get(w_in)
+    if getattr(W_in, "ndim", 0) == 2 and W_in.shape[0] != C:
+        raise ValueError(f"the input has width C={C} but params[{w_in!r}] has shape "
+                         f"{tuple(W_in.shape)}; expected ({C}, {out})")
     H = params["mlp.W1"].shape[-1] if getattr(params.get("mlp.W1"), "ndim", 0) == 2 else "H"
-    h = num_heads
-    spec = {"ln1.gamma": ((C,), True), "ln1.beta": ((C,), False),
-            "tssa.W_u": ((C, C), True), "tssa.b_u": ((C,), False),
-            "tssa.temp": ((h, 1), True),
-            "tssa.W_o": ((C, C), True), "tssa.b_o": ((C,), False),
-            "tssa.denom_bias": ((h, "max_len", 1), causal),
-            "ls1.gamma": ((C,), True), "ln2.gamma": ((C,), True), "ln2.beta": ((C,), False),
-            "mlp.W1": ((C, H), True), "mlp.b1": ((H,), False),
-            "mlp.W2": ((H, C), True), "mlp.b2": ((C,), False), "ls2.gamma": ((C,), True)}
+    spec = {"ln1.gamma": ((C,), True), "ln1.beta": ((C,), False)}
+    spec.update(prefixed(mixer_spec(mixer, C, num_heads, causal), pre))
+    spec.update({"ls1.gamma": ((C,), True), "ln2.gamma": ((C,), True), "ln2.beta": ((C,), False),
+                 "mlp.W1": ((C, H), True), "mlp.b1": ((H,), False),
+                 "mlp.W2": ((H, C), True), "mlp.b2": ((C,), False), "ls2.gamma": ((C,), True)})
     check_params(params, spec, dtype)
-    return sub(params, "tssa"), sub(params, "mlp")
+    return sub(params, pre), sub(params, "mlp")
 
 
 def tost_block_forward(x, params, num_heads: int, causal: bool = False,
-                       ln_eps: float = LN_EPS, gelu: str = "tanh"):
+                       ln_eps: float = LN_EPS, gelu: str = "tanh", mixer: str = "tssa"):
     """ToST block. x: (B, N, C) -> y: (B, N, C); returns (y, cache). ``gelu``: the MLP's GELU,
     "tanh" or "erf" (exact, as in the published models).
 
-    cache["Pi"] is the TSSA membership (B, h, N); for ``causal=True`` cache["decode_state"]
-    holds the prefix statistics after the last token (to continue with the decoder).
+    ``mixer`` picks the token mixer (:mod:`tostnp.nn.mixers`; "tssa" is the ToST block, the
+    others the same block around a baseline). cache["Pi"] is the TSSA membership (B, h, N)
+    (None for the attention mixers); for causal TSSA cache["decode_state"] holds the prefix
+    statistics after the last token (to continue with the decoder).
     """
     check_array(x, "x", ndim=3, shape_desc="(B, N, C)")
     ln_eps = check_positive(ln_eps, "ln_eps")
     C = x.shape[-1]
-    tssa_p, mlp_p = _split(params, C, num_heads, causal, x.dtype)
+    mix_p, mlp_p = _split(params, C, num_heads, causal, x.dtype, mixer)
     a, c_ln1 = layer_norm_forward(x, params["ln1.gamma"], params.get("ln1.beta"), eps=ln_eps)
-    t, c_tssa = tssa_forward(a, tssa_p, num_heads, causal=causal)            # (B, N, C)
+    t, c_mix = mixer_forward(mixer, a, mix_p, num_heads, causal=causal)      # (B, N, C)
     t, c_ls1 = layer_scale_forward(t, params["ls1.gamma"])
     x1 = x + t                                                               # (B, N, C)
     b, c_ln2 = layer_norm_forward(x1, params["ln2.gamma"], params.get("ln2.beta"), eps=ln_eps)
     m, c_mlp = mlp_forward(b, mlp_p, gelu=gelu)                              # (B, N, C)
     m, c_ls2 = layer_scale_forward(m, params["ls2.gamma"])
     y = x1 + m                                                               # (B, N, C)
-    cache = {"ln1": c_ln1, "tssa": c_tssa, "ls1": c_ls1, "ln2": c_ln2, "mlp": c_mlp,
-             "ls2": c_ls2, "shape": tuple(x.shape), "Pi": c_tssa["Pi"]}
-    if causal:
-        cache["decode_state"] = {"tssa": c_tssa["decode_state"]}
+    cache = {"ln1": c_ln1, "mixer": c_mix, "ls1": c_ls1, "ln2": c_ln2, "mlp": c_mlp,
+             "ls2": c_ls2, "shape": tuple(x.shape), "Pi": c_mix["Pi"],
+             "prefix": mixer_prefix(mixer)}
+    if causal and c_mix["decode_state"] is not None:
+        cache["decode_state"] = {"tssa": c_mix["decode_state"]}
     return y, cache
 
 
@@ -93,8 +100,8 @@ def tost_block_backward(dy, cache):
     dx1 = dx1 + dy                                                           # residual 2
     dt, g = layer_scale_backward(dx1, cache["ls1"])
     grads["ls1.gamma"] = g["gamma"]
-    da, g = tssa_backward(dt, cache["tssa"])
-    grads.update(prefixed(g, "tssa"))
+    da, g = mixer_backward(dt, cache["mixer"])
+    grads.update(prefixed(g, cache["prefix"]))
     dx, g = layer_norm_backward(da, cache["ln1"])
     grads.update(prefixed(g, "ln1"))
     return dx + dx1, grads                                                   # residual 1
@@ -103,13 +110,14 @@ def tost_block_backward(dy, cache):
 def tost_block_init(rng, xp, C: int, num_heads: int, *, causal: bool = False,
                     max_len: int | None = None, bias: bool = True, layer_scale_init: float = 1.0,
                     mlp_ratio: int = 4, dtype, device=None, std: float = 0.02,
-                    std_out: float | None = None, ln_bias: bool = True):
-    """Parameters of one block: LayerNorms (gamma 1, beta 0 if ``ln_bias``), TSSA
-    (:func:`tssa_init`), MLP weights N(0, std^2) with H = mlp_ratio * C, biases 0 (if ``bias``),
-    LayerScale gammas = ``layer_scale_init``. The two output projections (TSSA W_o, MLP W2) are
-    drawn with ``std_out`` (default ``std``)."""
+                    std_out: float | None = None, ln_bias: bool = True, mixer: str = "tssa"):
+    """Parameters of one block: LayerNorms (gamma 1, beta 0 if ``ln_bias``), the mixer (TSSA
+    by default, :func:`tssa_init`; :func:`tostnp.nn.mixers.mixer_init`), MLP weights N(0, std^2)
+    with H = mlp_ratio * C, biases 0 (if ``bias``), LayerScale gammas = ``layer_scale_init``.
+    The two output projections (the mixer's W_o, MLP W2) are drawn with ``std_out`` (default
+    ``std``)."""
     std_out = std if std_out is None else std_out
-    tssa = tssa_init(rng, xp, C, num_heads, causal=causal, max_len=max_len, bias=bias,
+    mix = mixer_init(rng, xp, mixer, C, num_heads, causal=causal, max_len=max_len, bias=bias,
                      dtype=dtype, device=device, std=std, std_out=std_out)
     if isinstance(mlp_ratio, bool) or not isinstance(mlp_ratio, int) or mlp_ratio < 1:
         raise ValueError(f"mlp_ratio must be a positive int, got {mlp_ratio!r}")
@@ -119,7 +127,7 @@ def tost_block_init(rng, xp, C: int, num_heads: int, *, causal: bool = False,
     params = {"ln1.gamma": ones(C)}
     if ln_bias:
         params["ln1.beta"] = zeros(C)
-    params.update(prefixed(tssa, "tssa"))
+    params.update(prefixed(mix, mixer_prefix(mixer)))
     params["ls1.gamma"] = float(layer_scale_init) * ones(C)
     params["ln2.gamma"] = ones(C)
     if ln_bias:
