@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from tostnp.__main__ import main
-from tostnp.experiments import EXPERIMENTS
+from tostnp.experiments import EXPERIMENTS, markdown_report
 from tostnp.experiments.scaling import fit_limit
 from tostnp.synthetic import (needle_task, needle_codebook, listops_task, LISTOPS_TOKENS, PAD,
                               one_hot)
@@ -109,6 +109,9 @@ def test_quick_experiment_end_to_end(name, tmp_path, capsys):
                 assert e["std"][k] == pytest.approx(np.std(vals, ddof=1), abs=1e-12)
     assert os.path.getsize(os.path.join(out, f"{name}.png")) > 5000
     assert not [f for f in os.listdir(out) if ".tmp" in f]
+    report = markdown_report(out, "docs/experiments")
+    assert data["command"] in report and data["table"] in report
+    assert f"![{name}](docs/experiments/{name}.png)" in report
 
 
 @pytest.mark.slow

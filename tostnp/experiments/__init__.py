@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import importlib
 
-__all__ = ["EXPERIMENTS", "get_experiment", "run_experiment"]
+__all__ = ["EXPERIMENTS", "get_experiment", "run_experiment", "markdown_report"]
 
 # name -> module (in the order the README shows them)
 EXPERIMENTS = {
@@ -44,3 +44,29 @@ def run_experiment(name: str, out_dir: str, *, quick: bool = False, seeds="0-2",
     rec.save(complete=True, table=mod.table(rec.data))
     mod.plot(rec.data, rec.path[:-len(".json")] + ".png")
     return rec.data
+
+
+def markdown_report(out_dir: str, link_dir: str | None = None) -> str:
+    """The results of every finished experiment in ``out_dir`` as Markdown: per experiment its
+    question, the command, the table (mean ± sd over the listed seeds), the figure, the
+    wall/CPU time and load. ``link_dir``: how the figures are referred to (default out_dir)."""
+    import json
+    import os
+    link_dir = out_dir if link_dir is None else link_dir
+    parts = []
+    for name in EXPERIMENTS:
+        path = os.path.join(out_dir, f"{name}.json")
+        if not os.path.exists(path):
+            continue
+        with open(path) as f:
+            data = json.load(f)
+        load = data.get("loadavg_1min", {})
+        status = "" if data.get("complete") else " **(incomplete: interrupted run)**"
+        parts.append(
+            f"### `{name}`{status}\n\n{data['question']}\n\n```bash\n{data['command']}\n```\n\n"
+            f"{get_experiment(name).table(data)}\n\n"
+            f"Seeds {data['seeds']}; {data['wall_s'] / 60:.1f} min wall, "
+            f"{data['cpu_s'] / 60:.1f} min CPU; 1-min load average {load.get('start')} at the "
+            f"start, {load.get('end')} at the end (a shared 2-core machine).\n\n"
+            f"![{name}]({link_dir}/{name}.png)\n")
+    return "\n".join(parts)

@@ -26,7 +26,7 @@ NAME = "scaling"
 QUESTION = ("Time and peak memory of a training step (forward+backward) against sequence length "
             "for every mixer, up to where each stops fitting in 8 GB.")
 FULL = dict(mixers=list(MIXERS), sizes=[256 * 2 ** i for i in range(8)], width=64,
-            num_heads=4, depth=1, batch=1, fit_gb=8.0, run_cap_gb=2.5, time_cap_s=5.0)
+            num_heads=4, depth=1, batch=1, fit_gb=8.0, run_cap_gb=2.5, time_cap_s=3.0)
 QUICK = dict(FULL, sizes=[16, 32], width=8, num_heads=2)
 
 _QUADRATIC = {"softmax"}             # memory O(N^2); flash and the rest keep O(N)
