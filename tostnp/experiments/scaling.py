@@ -135,12 +135,17 @@ def table(data) -> str:
             elif e[0]["status"] == "measured":
                 cells.append(f"{fmt(e[0], 'cpu_s', 1e3, 0)} ms, "
                              f"{e[0]['mean']['peak_mb']:.0f} MB")
+            elif "predicted" in e[0]["status"]:
+                cells.append(f"— (over {s['time_cap_s']:g} s)")
             else:
                 cells.append(f"— ({e[0]['est_gb']:.1f} GB est.)")
         L = lim.get(m)
         rows.append(f"| {m} | " + " | ".join(cells) + (f" | {L:,.0f} |" if L else " | — |"))
     return "\n".join(rows) + ("\n\nCPU time per training step (mean ± sd over seeds) and peak "
-                              "memory; — = not run here (estimate in brackets)")
+                              "memory; — = not run here: its predicted time per step was over "
+                              "the cap, or its estimated memory over the cap of this shared "
+                              "machine; the last column is extrapolated from the two largest "
+                              "measured sizes (linear in N, quadratic for softmax)")
 
 
 def plot(data, path):
