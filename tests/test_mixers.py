@@ -17,8 +17,9 @@ from tostnp.models import (get_vision_config, get_lm_config, vision_init, vision
                            lm_init, lm_forward, lm_loss_and_grads, lm_generate, num_params)
 from tostnp.nn import mixers as M
 import test_models as TM
-from references import ref_tssa, ref_layer_norm, ref_mlp, ref_cross_entropy
-from test_attention import check_layer, make_params, ref_softmax_attention, ref_linear_attention
+from references import (ref_tssa, ref_layer_norm, ref_mlp, ref_cross_entropy,
+                        ref_softmax_attention, ref_linear_attention)
+from test_attention import check_layer, make_params
 
 xp_np = backend.get_xp("cpu")
 B, N, C, H = 2, 5, 6, 2
