@@ -189,12 +189,12 @@ class SeqConfig:
     init_std: float = 0.02
 
     def validate(self) -> "SeqConfig":
+        _check_fields(self, ("in_dim", "max_len", "num_classes", "width", "depth", "num_heads",
+                             "mlp_ratio"),
+                      {"layer_scale_init": False, "ln_eps": True, "init_std": False})
         if self.width % self.num_heads:
             raise ValueError(f"width ({self.width}) must be a multiple of num_heads "
                              f"({self.num_heads})")
-        for f in ("in_dim", "max_len", "num_classes", "width", "depth", "num_heads", "mlp_ratio"):
-            if getattr(self, f) < 1:
-                raise ValueError(f"{f} must be >= 1, got {getattr(self, f)}")
         check_mixer(self.mixer)
         return self
 
