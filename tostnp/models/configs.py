@@ -21,7 +21,8 @@ __all__ = ["VisionConfig", "LMConfig", "SeqConfig", "VISION_CONFIGS", "LM_CONFIG
 # allocate without bound); every published model is far inside them.
 SIZE_LIMITS = {"image_size": 4096, "in_chans": 64, "patch_size": 4096, "num_classes": 1_000_000,
                "width": 16384, "depth": 1024, "num_heads": 1024, "mlp_ratio": 64,
-               "num_cls_blocks": 64, "vocab_size": 1_000_000, "block_size": 1_048_576}
+               "num_cls_blocks": 64, "vocab_size": 1_000_000, "block_size": 1_048_576,
+               "in_dim": 1_000_000, "max_len": 1_048_576}
 
 
 def _check_fields(cfg, int_fields, float_fields) -> None:
