@@ -61,12 +61,13 @@ def markdown_report(out_dir: str, link_dir: str | None = None) -> str:
         with open(path) as f:
             data = json.load(f)
         load = data.get("loadavg_1min", {})
-        status = "" if data.get("complete") else " **(incomplete: interrupted run)**"
+        status = "" if data.get("complete") else " **(incomplete: the conditions finished so far)**"
         parts.append(
             f"### `{name}`{status}\n\n{data['question']}\n\n```bash\n{data['command']}\n```\n\n"
             f"{get_experiment(name).table(data)}\n\n"
             f"Seeds {data['seeds']}; {data['wall_s'] / 60:.1f} min wall, "
             f"{data['cpu_s'] / 60:.1f} min CPU; 1-min load average {load.get('start')} at the "
             f"start, {load.get('end')} at the end (a shared 2-core machine).\n\n"
-            f"![{name}]({link_dir}/{name}.png)\n")
+            + (f"![{name}]({link_dir}/{name}.png)\n"
+               if os.path.exists(os.path.join(out_dir, f"{name}.png")) else ""))
     return "\n".join(parts)
