@@ -132,6 +132,9 @@ def _start(args) -> int:
         return 0
     cmd, env = lab_command(workdir, args.lab_args)
     print("starting JupyterLab (Ctrl-C to stop):", " ".join(cmd[2:]), flush=True)
+    if os.name == "posix":
+        # become JupyterLab (same pid): stopping this command stops the server, no orphan
+        os.execve(cmd[0], cmd, env)
     try:
         return subprocess.call(cmd, env=env)
     except KeyboardInterrupt:
