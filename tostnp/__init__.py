@@ -1,6 +1,6 @@
 """tostnp: the Token Statistics Transformer (ToST) from scratch on NumPy/CuPy, derived and verified.
 
-Tokens are rows: arrays of shape (..., n, d). The core objective (book chapters 1-3):
+Tokens are rows: arrays of shape (..., n, d). The core objective (book/02_coding_rate.md to book/05_gradient_tssa.md):
 
 * :func:`coding_rate`                   R(Z)
 * :func:`compression`                   R_c(Z, Pi)

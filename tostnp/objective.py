@@ -1,6 +1,6 @@
 """The coding rate R, the compression term R_c and the rate reduction Delta R = R - R_c.
 
-Book chapter 1 (labels: eq. (R), eq. (Rc), eq. (MCR2)). Tokens are ROWS: ``Z`` has shape
+book/02_coding_rate.md (labels eq-R, eq-Rc, eq-dR). Tokens are ROWS: ``Z`` has shape
 (..., n, d), n tokens of width d; the paper's column form Z Z^T becomes Z^T Z here. Every function
 is batched over the leading axes ``...`` and keeps the dtype of ``Z`` (float32 in, float32 out).
 

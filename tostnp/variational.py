@@ -1,6 +1,6 @@
 """The variational compression term R^var_c, its gradient, TSSA as one gradient step, memberships.
 
-Book chapters 2-3 (labels: eq. (Rvar), eq. (grad-Rvar), eq. (TSSA), eq. (Pi)). Tokens are ROWS:
+book/04_variational.md and book/05_gradient_tssa.md (labels eq-Rvar, eq-grad, eq-tssa, eq-membership). Tokens are ROWS:
 ``Z`` has shape (..., n, d); the paper's U_k^T Z (columns) is Z U_k here. Each group k has a
 fixed basis U_k (d, p) with orthonormal columns, stacked as ``U`` (K, d, p); U has no batch
 axes and is shared by every sample of the batch. dtype is preserved (float32 in, float32 out).

@@ -7,8 +7,8 @@ written as the book's equations read, with a staged backward, in :mod:`tostnp.nn
 Shapes: x (B, N, C), h heads, p = C / h. Weights are stored (in, out): y = x @ W + b. Heads are
 contiguous slices of the width (coordinate c = k*p + i belongs to head k).
 
-Forward (non-causal), per batch element and head k, coordinates c in head k (book chapter
-"The TSSA layer", eq-layer-w, eq-layer-pi, eq-layer-out)::
+Forward (non-causal), per batch element and head k, coordinates c in head k (book/06_tssa_layer.md,
+eq-layer-w, eq-layer-pi, eq-layer-out)::
 
     w      = x @ W_u + b_u                     (N, C)  w plays U_k^T z_j           eq-layer-w
     sq     = w^2                               (N, C)

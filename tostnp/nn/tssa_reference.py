@@ -10,7 +10,7 @@ and checks this module against autograd.
 Shapes: x (B, N, C), h heads, p = C / h; heads are the last axis split as (h, p), so
 ``wh[b, j, k, i]`` is coordinate i of head k of token j (the book's w_{jki}). Token statistics
 keep a token axis of length 1 (non-causal: one sum over all tokens, broadcast back) or N
-(causal: one prefix sum per position). Book symbols (chapter "The TSSA layer"):
+(causal: one prefix sum per position). Book symbols (book/06_tssa_layer.md; the backward: book/07_backprop_tssa.md):
 
     w   = x W_u + b_u                                   eq-layer-w
     Pi  = softmax_k(temp_k sum_i w^2 / S1)              eq-layer-pi   (causal: eq-causal-pi)
