@@ -282,9 +282,10 @@ class LMTrainPreset:
 
 
 VISION_TRAIN_PRESETS = {
-    # tuned on the test split (the digits set has no separate validation split), so read the
-    # accuracy the README reports as slightly optimistic
-    "tiny-digits": VisionTrainPreset(epochs=80, batch_size=64, lr=3e-3, warmup_epochs=1,
+    # chosen on the validation split held out of the training images (--val-fraction 0.1):
+    # 120 epochs against 80 gave validation loss 0.074 against 0.077 and accuracy 97.8% against
+    # 96.3% (seed 0); the test split is only reported (README)
+    "tiny-digits": VisionTrainPreset(epochs=120, batch_size=64, lr=3e-3, warmup_epochs=1,
                                      weight_decay=0.1, augment_shift=1),
     "tiny-mnist": VisionTrainPreset(epochs=10, batch_size=128, lr=1e-3, warmup_epochs=1,
                                     weight_decay=0.05, augment_shift=2),
