@@ -290,3 +290,76 @@ def test_pickle_is_never_opened(tmp_path, capsys):
     src2.write_bytes(src.read_bytes())
     code, _, err = _convert(capsys, src2, dst)
     assert code == 2 and not marker.exists() and not dst.exists()
+
+
+# ---------------------------------------------------------------------------------------------
+# train here (BatchNorm in training mode), export, bring back: evaluate, sample, train --resume
+# ---------------------------------------------------------------------------------------------
+SMALL_V = ["--steps", "6", "--batch-size", "32", "--width", "16", "--depth", "1", "--heads",
+           "2", "--eval-every", "3", "--no-progress"]
+
+
+def _cli(capsys, *args):
+    code = main([str(a) for a in args])
+    out = capsys.readouterr()
+    assert code == 0, out.err
+    return out.out
+
+
+@pytest.fixture(scope="module")
+def trained_vision(tmp_path_factory):
+    """A small published-form model trained 6 steps through the CLI (BatchNorm in training
+    mode), and its export."""
+    d = tmp_path_factory.mktemp("trained")
+    run, f = d / "run", d / "run.safetensors"
+    assert main(["train", "vision", "--stem", "conv", "--pos", "fourier", "--gelu", "erf",
+                 *SMALL_V, "--out", str(run)]) == 0
+    assert main(["convert", str(run), str(f)]) == 0
+    return run, f
+
+
+@pytest.mark.slow
+def test_train_published_form_export_and_bring_back(trained_vision, tmp_path, capsys):
+    run, f = trained_vision
+    host, config, _, _ = load_checkpoint(str(run / "checkpoint"))
+    # BatchNorm ran in training mode for every update: its state moved and counted 6 batches
+    assert float(host["stem.0.bn.num_batches_tracked"]) == 6.0
+    assert not np.allclose(host["stem.0.bn.running_var"], 1.0)
+    ev = json.loads(_cli(capsys, "evaluate", "--checkpoint", run, "--json"))
+    back = tmp_path / "back"
+    out = _cli(capsys, "convert", f, back)
+    assert "metadata" in out
+    # the file's metadata restored the dataset: evaluate gives the same numbers (eval mode)
+    assert json.loads(_cli(capsys, "evaluate", "--checkpoint", back, "--json")) == ev
+    # and training continues from the imported weights (fresh AdamW, fresh schedule)
+    _cli(capsys, "train", "vision", "--out", back, "--resume", "--no-progress")
+    h2, _, _, st = load_checkpoint(str(back / "checkpoint"))
+    assert st["step"] == 6 and float(h2["stem.0.bn.num_batches_tracked"]) == 12.0
+
+
+@pytest.mark.slow
+def test_import_without_metadata_needs_like(trained_vision, tmp_path, capsys):
+    run, f = trained_vision
+    bare = tmp_path / "bare.safetensors"
+    save_file(dict(load_file(str(f))), str(bare))              # as torch would save it
+    _cli(capsys, "convert", bare, tmp_path / "b1", "--image-size", "8")
+    code = main(["evaluate", "--checkpoint", str(tmp_path / "b1")])
+    err = capsys.readouterr().err
+    assert code == 2 and "--like" in err
+    _cli(capsys, "convert", bare, tmp_path / "b2", "--like", run)
+    assert "test accuracy" in _cli(capsys, "evaluate", "--checkpoint", tmp_path / "b2")
+
+
+@pytest.mark.slow
+def test_lm_export_and_bring_back_samples_the_same(tmp_path, capsys):
+    run = tmp_path / "lm"
+    _cli(capsys, "train", "lm", "--steps", "3", "--batch-size", "4", "--width", "16",
+         "--depth", "1", "--heads", "2", "--block-size", "16", "--no-bias", "--gelu", "erf",
+         "--eval-every", "3", "--eval-batches", "1", "--no-progress", "--out", run)
+    f = tmp_path / "lm.safetensors"
+    _cli(capsys, "convert", run, f)
+    _cli(capsys, "convert", f, tmp_path / "back")
+    a = _cli(capsys, "sample", "--checkpoint", run, "--length", "20", "--prompt", "The ")
+    b = _cli(capsys, "sample", "--checkpoint", tmp_path / "back", "--length", "20",
+             "--prompt", "The ")
+    assert a == b

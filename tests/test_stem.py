@@ -309,3 +309,21 @@ def test_strict_device_stem_and_gelu():
     assert rel_err(backend.to_host(d_st), L.gelu_erf_backward(x, L.gelu_erf_forward(x)[1])[0]) < 1e-6
     F = fourier_features(xps, 2, 3, xps.float32, device=DEV)
     assert F.device == DEV and F.dtype == xps.float32 and F.shape == (6, 64)
+
+
+def test_state_is_never_optimised_or_decayed():
+    """AdamW skips the BatchNorm state: no moments, no weight decay, values untouched."""
+    from tostnp.optim import AdamW
+    xp = backend.get_xp("cpu")
+    params = {k: np.asarray(v) for k, v in
+              conv_stem_init(backend.RNG(2), xp, 1, 4, 2, xp.float64).items()}
+    params["0.bn.running_var"] = np.full(4, 3.0)
+    W0 = params["0.conv.W"].copy()
+    opt = AdamW(params, lr=0.1, weight_decay=0.5, no_decay=None)
+    grads = {k: np.ones_like(v) for k, v in params.items() if not is_state(k)}
+    opt.step(grads)
+    assert np.array_equal(opt.params["0.bn.running_var"], np.full(4, 3.0))
+    assert not any(is_state(k[2:]) for k in opt.state_dict()["arrays"])
+    assert not np.array_equal(opt.params["0.conv.W"], W0)
+    with pytest.raises(KeyError, match="unexpected"):
+        opt.step({**grads, "0.bn.running_mean": np.ones(4)})

@@ -70,3 +70,14 @@ POSITIVE_INT = int_at_least(1)
 NONNEG_INT = int_at_least(0)
 POSITIVE_FLOAT = finite_float(0.0, strict=True)
 NONNEG_FLOAT = finite_float(0.0)
+
+
+def check_run_has_data(kind: str, config: dict, path: str) -> None:
+    """ValueError when a run holds weights but no dataset/tokenizer: what ``tostnp convert``
+    writes for a file trained elsewhere, unless ``--like RUN`` supplied them."""
+    key = "data" if kind == "vision" else "tokenizer"
+    if config.get(key, "") is None:
+        what = "dataset" if kind == "vision" else "tokenizer"
+        raise ValueError(f"{path} holds imported weights without a {what}; import again with "
+                         f"'python -m tostnp convert FILE DIR --like RUN' to take the {what} "
+                         f"from a tostnp run (the Python API load_model works as is)")

@@ -12,7 +12,7 @@ import json
 import math
 import sys
 
-from ._common import add_device_argument, get_xp_or_exit, POSITIVE_INT
+from ._common import add_device_argument, get_xp_or_exit, POSITIVE_INT, check_run_has_data
 
 
 def add_arguments(parser) -> None:
@@ -42,6 +42,7 @@ def run(args) -> int:
         return 2
     try:
         kind, cfg, params, config = load_model(args.checkpoint, xp=xp)
+        check_run_has_data(kind, config, args.checkpoint)
     except (FileNotFoundError, ValueError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2

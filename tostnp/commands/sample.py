@@ -11,7 +11,8 @@ from __future__ import annotations
 
 import sys
 
-from ._common import add_device_argument, get_xp_or_exit, NONNEG_INT, POSITIVE_INT, NONNEG_FLOAT
+from ._common import add_device_argument, get_xp_or_exit, NONNEG_INT, POSITIVE_INT, NONNEG_FLOAT, \
+    check_run_has_data
 
 
 def add_arguments(parser) -> None:
@@ -39,6 +40,7 @@ def run(args) -> int:
         kind, cfg, params, config = load_model(args.checkpoint, xp=xp)
         if kind != "lm":
             raise ValueError(f"sample needs a language-model checkpoint; this one is {kind!r}")
+        check_run_has_data(kind, config, args.checkpoint)
         tok = tokenizer_from_dict(config["tokenizer"])
         if not args.prompt:
             raise ValueError("--prompt must contain at least one character")

@@ -25,7 +25,7 @@ from ..models import configs as C
 from ..seeds import parse_seeds, run_over_seeds
 from ..nn.mixers import MIXERS
 from ._common import (add_device_argument, get_xp_or_exit, POSITIVE_INT, NONNEG_INT,
-                      POSITIVE_FLOAT, NONNEG_FLOAT)
+                      POSITIVE_FLOAT, NONNEG_FLOAT, check_run_has_data)
 
 def add_arguments(parser) -> None:
     sub = parser.add_subparsers(dest="model", metavar="{vision,lm}")
@@ -51,6 +51,16 @@ def add_arguments(parser) -> None:
                         "0 = none [0.1]")
     v.add_argument("--registers", type=NONNEG_INT, default=None,
                    help="register tokens mixed with the patches, dropped before pooling [0]")
+    v.add_argument("--stem", choices=["linear", "conv"], default=None,
+                   help="patch stem: one linear map per patch, or the published 3x3 stride-2 "
+                        "convolutions with BatchNorm (patch size a power of two) [preset]")
+    v.add_argument("--pos", choices=["learned", "fourier"], default=None,
+                   help="position encoding: learned table, or the published Fourier features "
+                        "[preset]")
+    v.add_argument("--gelu", choices=["tanh", "erf"], default=None,
+                   help="GELU form (the published models use erf) [preset]")
+    v.add_argument("--cab", choices=["published", "cls-only"], default=None,
+                   help="class-attention block: the published XCiT block or CaiT's [published]")
     _add_common(v, "runs/vision")
     v.set_defaults(_train=_run_vision)
 
@@ -67,6 +77,11 @@ def add_arguments(parser) -> None:
     m.add_argument("--vocab-size", type=POSITIVE_INT, default=None,
                    help="symbols of the bpe tokenizer [preset]")
     m.add_argument("--layer-scale-init", type=NONNEG_FLOAT, default=None)
+    m.add_argument("--bias", action=argparse.BooleanOptionalAction, default=None,
+                   help="linear biases and LayerNorm shifts (the published training: --no-bias, "
+                        "which also drops tiny-char's LayerNorm shifts) [preset]")
+    m.add_argument("--gelu", choices=["tanh", "erf"], default=None,
+                   help="GELU form (the published models use erf) [preset]")
     m.add_argument("--eval-batches", type=POSITIVE_INT, default=8,
                    help="validation batches per evaluation [8]")
     m.add_argument("--word-rate-samples", type=NONNEG_INT, default=3,
@@ -213,6 +228,7 @@ def _load_resume_config(args, kind):
     if not os.path.isfile(prefix + ".npz"):
         raise FileNotFoundError(f"--resume: no checkpoint in {args.out}")
     _, cfg, _, config, _, _ = read_model_checkpoint(prefix, expect_kind=kind)
+    check_run_has_data(kind, config, args.out)       # imported weights need --like data
     known = {"steps", "batch_size", "lr", "min_lr", "warmup_steps", "weight_decay", "beta1",
              "beta2", "grad_clip", "eval_every", "log_every", "checkpoint_every", "seed"}
     train = config.get("train")
@@ -274,7 +290,8 @@ def _run_vision(args, xp):
                                   num_heads=args.heads, pool=args.pool,
                                   patch_size=args.patch_size,
                                   layer_scale_init=args.layer_scale_init, mixer=args.mixer,
-                                  num_registers=args.registers)
+                                  num_registers=args.registers, stem=args.stem, pos=args.pos,
+                                  gelu=args.gelu, cab=args.cab)
         data_name = args.data
         data_dir = os.path.abspath(args.data_dir) if args.data_dir else None
         shift = d.augment_shift if args.augment_shift is None else args.augment_shift
@@ -374,7 +391,10 @@ def _run_lm(args, xp):
         cfg = C.get_lm_config(args.config, vocab_size=tok.vocab_size, width=args.width,
                               depth=args.depth, num_heads=args.heads,
                               block_size=args.block_size,
-                              layer_scale_init=args.layer_scale_init, mixer=args.mixer)
+                              layer_scale_init=args.layer_scale_init, mixer=args.mixer,
+                              gelu=args.gelu,
+                              **({} if args.bias is None else
+                                 {"bias": args.bias, "ln_bias": args.bias}))
         d = C.LM_TRAIN_PRESET
         steps = _given(args.steps, d.steps)
         tcfg = TrainConfig(steps=steps, batch_size=_given(args.batch_size, d.batch_size),
