@@ -29,7 +29,7 @@ B, N, C, H = 2, 5, 6, 2
 # references
 # ------------------------------------------------------------------------------------------
 def ref_tssa_uniform(x, P, h, causal, pre=""):
-    """TSSA with Pi_nk = 1/h for every token and head (tost-math §4 with the routing removed)."""
+    """TSSA with Pi_nk = 1/h for every token and head (book/06_tssa_layer.md, eq-layer-pi replaced by 1/h)."""
     Bx, n, Cx = x.shape
     p = Cx // h
     w = x @ P[pre + "W_u"] + P.get(pre + "b_u", 0.0)

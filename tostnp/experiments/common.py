@@ -14,7 +14,6 @@ import os
 import platform
 import tempfile
 import time
-import tracemalloc
 
 import numpy as np
 
@@ -39,21 +38,12 @@ def train_run(task, tcfg: TrainConfig) -> dict:
 
 def peak_step_bytes(task, params) -> int:
     """tracemalloc high-water mark of one forward+backward on a training batch (bytes above
-    what was allocated before: activations, cache, gradients; not the parameters)."""
+    what was allocated before: activations, cache, gradients; not the parameters), measured
+    the way ``python -m tostnp bench`` measures memory."""
+    from ..bench.measure import _Device
+
     batch = task.next_batch()
-    was = tracemalloc.is_tracing()
-    if not was:
-        tracemalloc.start()
-    try:
-        tracemalloc.reset_peak()
-        base = tracemalloc.get_traced_memory()[0]
-        out = task.loss_and_grads(params, batch)
-        peak = tracemalloc.get_traced_memory()[1] - base
-        del out
-    finally:
-        if not was:
-            tracemalloc.stop()
-    return int(peak)
+    return _Device("cpu").peak_bytes(lambda: task.loss_and_grads(params, batch))
 
 
 def _loadavg() -> float | None:
