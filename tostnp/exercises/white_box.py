@@ -58,15 +58,18 @@ def check_mssa(fn, hidden=None):
 
 
 def _series_error(Z, U, beta):
-    """|| sum_k [(I + b G_k)^-1 - (I - b G_k)] P_k U_k^T ||_F / || sum_k (I + b G_k)^-1 P_k U_k^T ||_F."""
-    n = Z.shape[0]
-    exact = np.zeros_like(Z)
-    approx = np.zeros_like(Z)
+    """|| sum_k [(I + b G_k)^-1 - (I - b G_k)] P_k U_k^T ||_F / || sum_k (I + b G_k)^-1 P_k U_k^T ||_F.
+
+    Computed independently of the n x n form a student writes: with G_k = P_k P_k^T, the
+    push-through identity (I + b P P^T)^-1 P = P (I + b P^T P)^-1 needs only a p x p inverse, and
+    the series term is expanded as P - b P (P^T P)."""
+    exact = 0.0
+    approx = 0.0
     for k in range(U.shape[0]):
-        P = Z @ U[k]
-        G = P @ P.T
-        exact += np.linalg.solve(np.eye(n) + beta * G, P) @ U[k].T
-        approx += (P - beta * G @ P) @ U[k].T
+        P = Z @ U[k]                                   # (n, p)
+        S = P.T @ P                                    # (p, p)
+        exact = exact + P @ np.linalg.inv(np.eye(S.shape[0]) + beta * S) @ U[k].T
+        approx = approx + (P - beta * (P @ S)) @ U[k].T
     return float(np.linalg.norm(exact - approx) / np.linalg.norm(exact))
 
 
