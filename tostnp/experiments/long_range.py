@@ -19,7 +19,7 @@ NAME = "long-range"
 QUESTION = ("ListOps-style long-range task (length 512) with one hyper-parameter set for every "
             "mixer: test accuracy.")
 FULL = dict(mixers=["tssa", "tssa-uniform", "softmax", "linear"], max_len=512, n_train=1200,
-            n_test=300, steps=80, batch_size=16, lr=1e-3, warmup_steps=8, weight_decay=0.05,
+            n_test=300, steps=300, batch_size=16, lr=1e-3, warmup_steps=20, weight_decay=0.05,
             model=dict(width=32, depth=2, num_heads=4, mlp_ratio=2))
 QUICK = dict(FULL, mixers=["tssa", "linear"], max_len=32, n_train=48, n_test=32, steps=3,
              batch_size=8, warmup_steps=1, model=dict(width=8, depth=1, num_heads=2,

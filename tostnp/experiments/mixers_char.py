@@ -25,7 +25,7 @@ NAME = "mixers-char"
 QUESTION = ("Validation bits/char against training time for every mixer on the char LM, at "
             "equal parameters and at equal training time.")
 FULL = dict(mixers=["tssa", "softmax", "flash", "linear"], width=64, depth=2, num_heads=4,
-            block_size=128, batch_size=8, steps=60, evals=4, eval_batches=2, lr=2e-3, warmup_steps=6, weight_decay=0.1)
+            block_size=128, batch_size=8, steps=500, evals=5, eval_batches=4, lr=2e-3, warmup_steps=25, weight_decay=0.1)
 QUICK = dict(FULL, mixers=["tssa", "softmax"], width=16, depth=1, num_heads=2, block_size=16,
              batch_size=4, steps=4, evals=2, eval_batches=1, warmup_steps=1)
 

@@ -16,7 +16,7 @@ from .common import train_run, peak_step_bytes, fmt, savefig
 NAME = "mixers-digits"
 QUESTION = ("Test accuracy, training time and peak memory of every token mixer in the same "
             "digits classifier (same data order, optimiser and steps).")
-FULL = dict(config="tiny-digits", mixers=list(MIXERS), epochs=6, batch_size=64, lr=3e-3,
+FULL = dict(config="tiny-digits", mixers=list(MIXERS), epochs=60, batch_size=64, lr=3e-3,
             warmup_epochs=1, weight_decay=0.1, augment_shift=1, max_steps=None, overrides={})
 QUICK = dict(FULL, mixers=["tssa", "flash"], epochs=1, max_steps=3,
              overrides=dict(width=16, depth=1))

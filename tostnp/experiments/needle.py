@@ -20,9 +20,9 @@ from .common import train_run, fmt, savefig
 NAME = "needle"
 QUESTION = ("Does TSSA suppress a single rare outlier token that decides the label? Accuracy "
             "against sequence length and against the outlier's norm, per mixer.")
-FULL = dict(mixers=["tssa", "tssa-uniform", "softmax", "linear"], lengths=[32, 64, 128],
-            base_norm=1.0, norms=[0.25, 4.0], base_length=32, n_train=1024, n_test=256,
-            steps=100, batch_size=16, lr=3e-3, warmup_steps=10, weight_decay=0.05,
+FULL = dict(mixers=["tssa", "tssa-uniform", "softmax", "linear"], lengths=[32, 64, 128, 256],
+            base_norm=1.0, norms=[0.25, 4.0], base_length=32, n_train=4096, n_test=512,
+            steps=600, batch_size=16, lr=3e-3, warmup_steps=30, weight_decay=0.05,
             model=dict(width=16, depth=1, num_heads=4, mlp_ratio=2))
 QUICK = dict(FULL, mixers=["tssa", "softmax"], lengths=[16], norms=[4.0], base_length=16,
              n_train=64, n_test=64, steps=3, batch_size=16, warmup_steps=1,

@@ -13,7 +13,8 @@ the last block:
 * ``norm_ratio``: max / median norm of the patch tokens leaving the last block;
 
 plus test accuracy, and the Pi maps of the last block for the same images (seed 0).
-The "tiny-digits" preset (16 patch tokens on a 4 x 4 grid), trained for 6 epochs.
+The "tiny-digits" preset (16 patch tokens on a 4 x 4 grid), trained with its default settings
+(120 epochs).
 """
 from __future__ import annotations
 
@@ -24,7 +25,7 @@ from .common import train_run, fmt, savefig
 NAME = "registers"
 QUESTION = ("Do register tokens change ToST's membership maps and token statistics (the "
             "high-norm-artifact question)? Vision model with 0 and 4 registers.")
-FULL = dict(config="tiny-digits", registers=[0, 4], epochs=6, batch_size=64, lr=3e-3,
+FULL = dict(config="tiny-digits", registers=[0, 4], epochs=120, batch_size=64, lr=3e-3,
             warmup_epochs=1, weight_decay=0.1, augment_shift=1, max_steps=None,
             overrides={}, map_images=4)
 QUICK = dict(FULL, epochs=1, max_steps=3, overrides=dict(patch_size=2, width=16, depth=1),
