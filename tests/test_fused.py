@@ -123,3 +123,19 @@ def test_fast_path_only_for_numpy():
     assert backend.fused(backend.get_xp("cpu")) is not None
     with plain():
         assert backend.fused(backend.get_xp("cpu")) is None
+
+
+def test_namespace_shortcut_is_array_api_compat_lookup():
+    """backend.namespace skips the general lookup for plain NumPy arrays: it must return the
+    very namespace array-api-compat's lookup returns, and leave every other input to it."""
+    import array_api_compat
+    a, b = np.ones(3, np.float32), np.zeros((2, 2))
+    for args in ((a,), (a, b), (b, a, b)):
+        assert backend.namespace(*args) is array_api_compat.array_namespace(*args)
+    xps = pytest.importorskip("array_api_strict")
+    s = xps.ones(3)
+    assert backend.namespace(s) is array_api_compat.array_namespace(s)
+    with pytest.raises(TypeError):
+        backend.namespace(a, s)                    # mixed libraries still refused
+    with pytest.raises(TypeError):
+        backend.namespace([1.0, 2.0])              # not an array

@@ -34,8 +34,19 @@ __all__ = [
 ]
 
 
+_NUMPY_XP = array_api_compat.array_namespace(np.empty(0))
+
+
 def namespace(*arrays):
-    """The Array API namespace of ``arrays`` (array-api-compat wrapper for NumPy and CuPy)."""
+    """The Array API namespace of ``arrays`` (array-api-compat wrapper for NumPy and CuPy).
+
+    Plain NumPy arrays get array-api-compat's NumPy namespace without the general lookup (the
+    same module object; a training step asks a few hundred times)."""
+    if len(arrays) == 1:
+        if type(arrays[0]) is np.ndarray:
+            return _NUMPY_XP
+    elif arrays and all(type(a) is np.ndarray for a in arrays):
+        return _NUMPY_XP
     return array_api_compat.array_namespace(*arrays)
 
 

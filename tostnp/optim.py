@@ -130,7 +130,8 @@ def clip_grad_norm(grads: dict, max_norm: float | None):
     sq = None
     for name, g in grads.items():
         xp = check_array(g, f"grads[{name!r}]")
-        s = xp.sum(g * g)  # 0-d, on the device
+        flat = xp.reshape(g, (-1,))
+        s = xp.vecdot(flat, flat)  # 0-d sum(g**2), on the device, no temporary
         sq = s if sq is None else sq + s
     # One device-to-host transfer per call (not one per array).
     total_norm = math.sqrt(float(sq)) if sq is not None else 0.0

@@ -13,8 +13,8 @@ the last block:
 * ``norm_ratio``: max / median norm of the patch tokens leaving the last block;
 
 plus test accuracy, and the Pi maps of the last block for the same images (seed 0).
-The "tiny-digits" preset (16 patch tokens on a 4 x 4 grid), trained with its default settings
-(120 epochs).
+The "tiny-digits" preset (16 patch tokens on a 4 x 4 grid), trained for 120 epochs
+(its training settings otherwise).
 """
 from __future__ import annotations
 
