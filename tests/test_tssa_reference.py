@@ -58,3 +58,25 @@ def test_fast_matches_reference(seed, causal):
     assert set(grads) == set(grads_ref) == set(P)
     for k in P:
         assert rel_err(grads[k], grads_ref[k]) < TIGHT, k
+
+
+@pytest.mark.parametrize("N, h, p", [(3, 2, 4), (8, 2, 4), (9, 2, 4), (20, 3, 3)])
+@pytest.mark.parametrize("bias", [True, False])
+def test_fast_output_stage_both_sides_of_n_equals_c(N, h, p, bias):
+    """The non-causal layer computes its output stage one way for N < C and another for
+    N >= C (C = 8 or 9 here): both must match the readable layer."""
+    rng = np.random.default_rng(100 + N + bias)
+    C, B = h * p, 2
+    P = {"W_u": rng.normal(size=(C, C)) * 0.5, "temp": rng.uniform(0.5, 2.0, size=(h, 1)),
+         "W_o": rng.normal(size=(C, C)) * 0.5}
+    if bias:
+        P["b_u"], P["b_o"] = rng.normal(size=C) * 0.3, rng.normal(size=C) * 0.3
+    x, G = rng.normal(size=(B, N, C)), rng.normal(size=(B, N, C))
+    y, cache = tssa_forward(x, P, h)
+    y_ref, cache_ref = tssa_forward_reference(x, P, h, False)
+    assert rel_err(y, y_ref) < TIGHT
+    dx, grads = tssa_backward(G, cache)
+    dx_ref, grads_ref = tssa_backward_reference(G, cache_ref)
+    assert rel_err(dx, dx_ref) < TIGHT
+    for k in P:
+        assert rel_err(grads[k], grads_ref[k]) < TIGHT, k

@@ -30,15 +30,17 @@ Names in the code that are not the book's symbols (book -> code):
     1 / (1 + m)                      r           ``q``         the logits before temp
 
 Two tricks keep it fast (each names the equation it implements where it is used):
-r is per coordinate here, so y = a @ (diag(-r) W_o) folds r into the weight (one C x C per
-batch element, eq-layer-out); and the three terms of g_sq are produced by one matmul of inner
+r is per coordinate here, so for N >= C, y = a @ (diag(-r) W_o) folds r into the weight (one
+C x C per batch element instead of an N x C pass, eq-layer-out); and the three terms of g_sq are produced by one matmul of inner
 size 2h+1 (the adjoint of eq-layer-pi and eq-layer-out together).
 
 Backward (by hand; ``g_v`` denotes dLoss/dv; the staged, one-adjoint-per-line form is
 :func:`tostnp.nn.tssa_reference.tssa_backward_reference`):
 
 * y = a @ W_eff, W_eff = diag(-r) W_o: g_W_eff = a^T g_y, so g_W_o = sum_b diag(-r) a^T g_y,
-  g_r_c = -sum_j (a^T g_y)_cj (W_o)_cj, g_a = g_y @ W_eff^T, and g_m = -g_r r^2.
+  g_r_c = -sum_j (a^T g_y)_cj (W_o)_cj, g_a = g_y @ W_eff^T, and g_m = -g_r r^2. (For N < C the
+  layer computes out = -a r and y = out @ W_o instead: g_W_o = out^T g_y, g_out = g_y W_o^T,
+  g_r_c = -sum_n g_out_nc a_nc, g_a = -g_out r.)
 * m = S2 / n_Pi: g_S2 = g_m / n_Pi, g_n_k = -sum_{c in k} g_m m / n_Pi.
 * a = w Pi and S2 = sum_n Pi sq: g_Pi_nk = sum_{c in k} (g_a w + g_S2 sq)_nc + g_n_k;
   sq receives Pi g_S2.
@@ -126,15 +128,21 @@ def full_forward(x, params, h, p, xp):
     m = S2 / (n_Pi @ Et)                                                         # (B, C)
     r = 1.0 / (1.0 + m)                                                          # (B, C)
 
-    # out = -a r, y = out @ W_o + b_o (eq-layer-out). r is per coordinate here, so fold it into
-    # the weight, y = a @ (diag(-r) W_o): one C x C per batch element instead of an (N, C) pass
-    W_eff = xp.reshape(-r, (B, C, 1)) * params["W_o"]                            # (B, C, C)
-    y = a @ W_eff                                                                # (B, N, C)
+    # out = -a r, y = out @ W_o + b_o (eq-layer-out). r is per coordinate here, so for long
+    # sequences (N >= C) fold it into the weight, y = a @ (diag(-r) W_o): one C x C per batch
+    # element instead of an (N, C) pass; for short ones the (N, C) pass is the smaller
+    W_eff = out = None
+    if N >= C:
+        W_eff = xp.reshape(-r, (B, C, 1)) * params["W_o"]                        # (B, C, C)
+        y = a @ W_eff                                                            # (B, N, C)
+    else:
+        out = a * xp.reshape(-r, (B, 1, C))                                      # (B, N, C)
+        y = xp.reshape(xp.reshape(out, (B * N, C)) @ params["W_o"], (B, N, C))
     if "b_o" in params:
         y += params["b_o"]
     cache = {"causal": False, "x": x, "params": params, "h": h, "p": p,
              "w": w, "S1": S1, "inv_S1": inv_S1, "q": q, "n_Pi": n_Pi,
-             "m": m, "r": r, "a": a, "W_eff": W_eff,
+             "m": m, "r": r, "a": a, "W_eff": W_eff, "out": out,
              "Pi": xp.permute_dims(Pi, (0, 2, 1))}                               # (B, h, N)
     return y, cache
 
@@ -152,11 +160,19 @@ def full_backward(dy, cache, xp):
     grads = {}
     if "b_o" in params:
         grads["b_o"] = xp.sum(xp.reshape(dy, (B * N, C)), axis=0)                # (C,)
-    # y = a @ W_eff, W_eff = diag(-r) W_o
-    g_W_eff = xp.matrix_transpose(a) @ dy                                        # (B, C, C)
-    grads["W_o"] = xp.sum(xp.reshape(-r, (B, C, 1)) * g_W_eff, axis=0)           # (C, C)
-    g_r = -xp.sum(g_W_eff * params["W_o"], axis=-1)                              # (B, C)
-    g_a = dy @ xp.matrix_transpose(cache["W_eff"])                               # (B, N, C)
+    if cache["W_eff"] is not None:
+        # y = a @ W_eff, W_eff = diag(-r) W_o
+        g_W_eff = xp.matrix_transpose(a) @ dy                                    # (B, C, C)
+        grads["W_o"] = xp.sum(xp.reshape(-r, (B, C, 1)) * g_W_eff, axis=0)       # (C, C)
+        g_r = -xp.sum(g_W_eff * params["W_o"], axis=-1)                          # (B, C)
+        g_a = dy @ xp.matrix_transpose(cache["W_eff"])                           # (B, N, C)
+    else:
+        # y = out @ W_o, out = -a r
+        dy2 = xp.reshape(dy, (B * N, C))
+        grads["W_o"] = xp.matrix_transpose(xp.reshape(cache["out"], (B * N, C))) @ dy2
+        g_out = xp.reshape(dy2 @ xp.matrix_transpose(params["W_o"]), (B, N, C))
+        g_r = -xp.sum(g_out * a, axis=1)                                         # (B, C)
+        g_a = g_out * xp.reshape(-r, (B, 1, C))                                  # (B, N, C)
     # r = 1/(1+m), m = S2/n
     g_m = -g_r * r * r                                                           # (B, C)
     g_S2 = g_m / (n_Pi @ Et)                                                     # (B, C)
