@@ -364,8 +364,10 @@ def make_task(kind, seed=0, dtype=None):
     from tostnp.models.configs import get_vision_train_preset
     xp = backend.get_xp("cpu")
     if kind.startswith("lm"):
-        if "lm" not in _DATA:
-            _DATA["lm"] = load_lm_text(None)
+        if "lm" not in _DATA:      # the default corpus with the CLI's default tokenizer
+            from tostnp.models.configs import LM_TRAIN_PRESET
+            _DATA["lm"] = load_lm_text(None, kind=LM_TRAIN_PRESET.tokenizer,
+                                       vocab_size=LM_TRAIN_PRESET.vocab_size)
         train_ids, val_ids, tok = _DATA["lm"]
         over = dict(width=8, num_heads=4) if kind == "lm_tiny" else {}
         cfg = Cf.get_lm_config("tiny-char", vocab_size=tok.vocab_size, **over)

@@ -83,8 +83,10 @@ def _lm_step(xp, dtype, quick, seed):
     from ..models.lm import lm_forward, lm_backward
     from ..nn import layers as L
     from ..train import TrainConfig
-    cfg = get_lm_config("tiny-char", **({"width": 16, "depth": 1, "block_size": 16}
-                                        if quick else {}))
+    # the default LM: its vocabulary is the default tokenizer's (BPE: d.vocab_size symbols)
+    V = d.vocab_size if d.tokenizer == "bpe" else get_lm_config("tiny-char").vocab_size
+    cfg = get_lm_config("tiny-char", vocab_size=V,
+                        **({"width": 16, "depth": 1, "block_size": 16} if quick else {}))
     B, T = (2 if quick else d.batch_size), cfg.block_size
     tcfg = TrainConfig(steps=d.steps, warmup_steps=d.warmup_steps, lr=d.lr,
                        weight_decay=d.weight_decay)
@@ -104,7 +106,7 @@ def _lm_step(xp, dtype, quick, seed):
         dlogits, _ = L.softmax_cross_entropy_backward(xp.ones_like(loss), c_loss)
         return lm_backward(dlogits, cache), loss
 
-    return _Step("lm", f"LM tiny-char train step ({B}x{T} tokens)", B * T, "tokens",
+    return _Step("lm", f"LM tiny-char train step ({B}x{T} tokens, vocabulary {V})", B * T, "tokens",
                  fwd, bwd, opt_step)
 
 
