@@ -65,7 +65,7 @@ def add_arguments(parser) -> None:
     _add_common(v, "runs/vision")
     v.set_defaults(_train=_run_vision)
 
-    m = sub.add_parser("lm", help="character-level causal language model",
+    m = sub.add_parser("lm", help="causal language model (subword tokens by default)",
                        description="Train a causal ToST language model on a text file (default: "
                                    "the Python documentation bundled with Python).")
     m.add_argument("--config", default="tiny-char", choices=sorted(C.LM_CONFIGS),
