@@ -77,11 +77,29 @@ def _optimiser(params, tcfg):
     return opt, step
 
 
+def _classifier_phases(xp, opt, batch, forward, backward):
+    """fwd/bwd phases of a softmax-cross-entropy training step: ``batch() -> (inputs, labels)``,
+    ``forward(inputs, params) -> (logits, cache)``, ``backward(dlogits, cache) -> grads``."""
+    from ..nn import layers as L
+
+    def fwd():
+        inputs, labels = batch()
+        logits, cache = forward(inputs, opt.params)
+        loss, c_loss = L.softmax_cross_entropy_forward(logits, labels)
+        return loss, c_loss, cache
+
+    def bwd(state):
+        loss, c_loss, cache = state
+        dlogits, _ = L.softmax_cross_entropy_backward(xp.ones_like(loss), c_loss)
+        return backward(dlogits, cache), loss
+
+    return fwd, bwd
+
+
 def _lm_step(xp, dtype, quick, seed):
     from ..models.configs import LM_TRAIN_PRESET as d
     from ..models import get_lm_config, lm_init
     from ..models.lm import lm_forward, lm_backward
-    from ..nn import layers as L
     from ..train import TrainConfig
     # the default LM: its vocabulary is the default tokenizer's (BPE: d.vocab_size symbols)
     V = d.vocab_size if d.tokenizer == "bpe" else get_lm_config("tiny-char").vocab_size
@@ -93,19 +111,13 @@ def _lm_step(xp, dtype, quick, seed):
     opt, opt_step = _optimiser(lm_init(cfg, backend.RNG(seed), xp, dtype), tcfg)
     host = np.random.default_rng(seed)
 
-    def fwd():
+    def batch():
         ids = host.integers(0, cfg.vocab_size, size=(B, T + 1))
-        x = backend.from_host(xp, ids[:, :-1], dtype=xp.int64)
-        y = backend.from_host(xp, ids[:, 1:], dtype=xp.int64)
-        logits, cache = lm_forward(x, opt.params, cfg)
-        loss, c_loss = L.softmax_cross_entropy_forward(logits, y)
-        return loss, c_loss, cache
+        return (backend.from_host(xp, ids[:, :-1], dtype=xp.int64),
+                backend.from_host(xp, ids[:, 1:], dtype=xp.int64))
 
-    def bwd(state):
-        loss, c_loss, cache = state
-        dlogits, _ = L.softmax_cross_entropy_backward(xp.ones_like(loss), c_loss)
-        return lm_backward(dlogits, cache), loss
-
+    fwd, bwd = _classifier_phases(xp, opt, batch, lambda x, p: lm_forward(x, p, cfg),
+                                  lm_backward)
     return _Step("lm", f"LM tiny-char train step ({B}x{T} tokens, vocabulary {V})", B * T, "tokens",
                  fwd, bwd, opt_step)
 
@@ -114,7 +126,6 @@ def _vision_step(xp, dtype, quick, seed):
     from ..models.configs import get_vision_train_preset
     from ..models import get_vision_config, vision_init
     from ..models.vision import vision_forward, vision_backward
-    from ..nn import layers as L
     from ..train import TrainConfig
     cfg = get_vision_config("tiny-digits", **({"width": 16, "depth": 1} if quick else {}))
     d = get_vision_train_preset("tiny-digits")
@@ -124,19 +135,13 @@ def _vision_step(xp, dtype, quick, seed):
     host = np.random.default_rng(seed)
     S, Cin = cfg.image_size, cfg.in_chans
 
-    def fwd():
-        images = backend.from_host(xp, host.random((B, S, S, Cin)), dtype=dtype)
-        labels = backend.from_host(xp, host.integers(0, cfg.num_classes, size=B),
-                                   dtype=xp.int64)
-        logits, cache = vision_forward(images, opt.params, cfg)
-        loss, c_loss = L.softmax_cross_entropy_forward(logits, labels)
-        return loss, c_loss, cache
+    def batch():
+        return (backend.from_host(xp, host.random((B, S, S, Cin)), dtype=dtype),
+                backend.from_host(xp, host.integers(0, cfg.num_classes, size=B),
+                                  dtype=xp.int64))
 
-    def bwd(state):
-        loss, c_loss, cache = state
-        dlogits, _ = L.softmax_cross_entropy_backward(xp.ones_like(loss), c_loss)
-        return vision_backward(dlogits, cache), loss
-
+    fwd, bwd = _classifier_phases(xp, opt, batch, lambda x, p: vision_forward(x, p, cfg),
+                                  vision_backward)
     return _Step("vision", f"vision tiny-digits train step ({B} images)", B, "images",
                  fwd, bwd, opt_step)
 
