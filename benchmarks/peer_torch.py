@@ -36,16 +36,14 @@ Every number it prints is measured in the run that prints it.
    Benches: LM step; vision step; the LM step at width 8, batch 1 (same op count, negligible
    FLOPs: the fixed per-step overhead); the TSSA layer alone at the LM's shape; one ToST block
    forward+backward at B=4, N=4096, C=384, h=6, non-causal and causal, and its TSSA layer alone.
-   With threads 1 and 2 both requested, also each system at its own default (tostnp's CLI:
-   --blas-threads 1; torch: 2 threads here) for the LM and vision steps.
-3. --profile (1 thread): cProfile of tostnp's LM and vision steps (inclusive time per layer),
-   torch.profiler op tables of the torch steps, an A/B of tostnp's step with its input
-   validators stubbed out (one process, alternating rounds), every GEMM shape of the LM step
+   (tostnp's CLI default is all cores, so "2 threads" is both systems at their default here.)
+3. --profile (1 thread): cProfile of tostnp's LM and vision steps (inclusive time per layer,
+   input validators included), torch.profiler op tables of the torch steps, every GEMM shape of the LM step
    and of the big block timed alone in NumPy/OpenBLAS and torch, the tanh-GELU forward+backward
    alone, and -- if `perf` is installed -- perf samples of each worker by library/category.
 
 Options: --threads 1 2   --rounds 9 (>= 5)   --only lm vision lm_tiny tssa_lm block_nc block_c
-         tssa_nc tssa_c   --skip-check   --no-defaults   --profile   --profile-only   --no-perf
+         tssa_nc tssa_c   --skip-check   --profile   --profile-only   --no-perf
          --json PATH
 """
 from __future__ import annotations
@@ -664,88 +662,11 @@ def run_checks(out):
 # ============================================================================================
 # 2. workers and interleaved timing
 # ============================================================================================
-_VAL_ORIG = {}
-
-
-_VALTIME = {"depth": 0, "t": 0.0, "n": 0}
-
-
-def time_validation(enabled):
-    """Wrap tostnp's input validators with timers (outermost calls only) or unwrap them."""
-    set_validation(True)                          # fills _VAL_ORIG and restores originals
-    if not enabled:
-        return
-    pc = time.perf_counter
-
-    def wrap(f):
-        def g(*a, **k):
-            if _VALTIME["depth"]:
-                return f(*a, **k)
-            _VALTIME["depth"] = 1
-            t0 = pc()
-            try:
-                return f(*a, **k)
-            finally:
-                _VALTIME["t"] += pc() - t0
-                _VALTIME["n"] += 1
-                _VALTIME["depth"] = 0
-        return g
-
-    for (mod, attr), f in _VAL_ORIG.items():
-        setattr(mod, attr, wrap(f))
-
-
-def set_validation(enabled):
-    """Turn tostnp's input validators off (no-op stubs) or back on, in this process (for the
-    validation A/B only; the files are not touched)."""
-    from tostnp import _validate, backend
-    import tostnp.nn.layers as L
-    import tostnp.nn.tssa as Ts
-    import tostnp.nn.block as Bk
-    import tostnp.models.lm as LM
-    ns = backend.namespace
-    if not _VAL_ORIG:
-        for name, mod in list(sys.modules.items()):
-            if mod is None or not name.startswith("tostnp"):
-                continue
-            for attr in ("check_array", "check_same_dtype"):
-                if getattr(mod, attr, None) is getattr(_validate, attr):
-                    _VAL_ORIG[(mod, attr)] = getattr(mod, attr)
-        for mod, attr in ((L, "_check_param"), (L, "_check_params"), (Ts, "_check_params"),
-                          (Bk, "_split"), (LM, "_check_ids")):
-            _VAL_ORIG[(mod, attr)] = getattr(mod, attr)
-    if enabled:
-        for (mod, attr), f in _VAL_ORIG.items():
-            setattr(mod, attr, f)
-        return
-
-    def check_array(x, name, **kw):
-        return ns(x)
-
-    def noop(*a, **k):
-        return None
-
-    def split(params, C, num_heads, causal, dtype):
-        return ({k: params["tssa." + k] for k in Bk._TSSA_KEYS if "tssa." + k in params},
-                {k: params["mlp." + k] for k in Bk._MLP_KEYS if "mlp." + k in params})
-
-    stubs = {"check_array": check_array, "check_same_dtype": noop}
-    for (mod, attr) in _VAL_ORIG:
-        if attr in stubs:
-            setattr(mod, attr, stubs[attr])
-    L._check_param = noop
-    L._check_params = noop
-    Ts._check_params = lambda params, C, num_heads, causal, dtype, T=None: (num_heads,
-                                                                              C // num_heads)
-    Bk._split = split
-    LM._check_ids = lambda ids, cfg: ns(ids)
-
-
 def _gemm_inventory():
     """Every GEMM of one tiny-char LM step as tostnp computes it (M = B*T = 2048, C = 128,
-    H = 512, V = 103, 4 layers): (name, A shape, A transposed?, B shape, B transposed?, calls
+    H = 512, V = 512 (the default BPE vocabulary), 4 layers): (name, A shape, A transposed?, B shape, B transposed?, calls
     per step). Shapes are the stored arrays; "T" means the operand is a transposed view."""
-    M, C, H, V, L = 32 * 64, 128, 512, 103, 4
+    M, C, H, V, L = 32 * 64, 128, 512, 512, 4
     return [("x@W_u, a@W_o      (2048x128 @ 128x128)", (M, C), False, (C, C), False, 2 * L),
             ("dy@W^T            (2048x128 @ 128x128^T)", (M, C), False, (C, C), True, 2 * L),
             ("x^T@dy  dW_u,dW_o (2048x128^T @ 2048x128)", (M, C), True, (M, C), False, 2 * L),
@@ -755,9 +676,9 @@ def _gemm_inventory():
             ("dh@W1^T           (2048x512 @ 128x512^T)", (M, H), False, (C, H), True, L),
             ("x^T@dh  dW1       (2048x128^T @ 2048x512)", (M, C), True, (M, H), False, L),
             ("a^T@dy  dW2       (2048x512^T @ 2048x128)", (M, H), True, (M, C), False, L),
-            ("head h@wte^T      (2048x128 @ 103x128^T)", (M, C), False, (V, C), True, 1),
-            ("head dlogits^T@h  (2048x103^T @ 2048x128)", (M, V), True, (M, C), False, 1),
-            ("head dlogits@wte  (2048x103 @ 103x128)", (M, V), False, (V, C), False, 1)]
+            ("head h@wte^T      (2048x128 @ 512x128^T)", (M, C), False, (V, C), True, 1),
+            ("head dlogits^T@h  (2048x512^T @ 2048x128)", (M, V), True, (M, C), False, 1),
+            ("head dlogits@wte  (2048x512 @ 512x128)", (M, V), False, (V, C), False, 1)]
 
 
 def _gemm_inventory_block():
@@ -980,20 +901,8 @@ def worker_main(system, bench, threads):
         for line in sys.stdin:
             cmd = json.loads(line)
             if cmd["cmd"] == "run":
-                if "validation" in cmd:
-                    set_validation(cmd["validation"])
                 recs = [step() for _ in range(cmd["k"])]
                 print(PROTO + json.dumps({"steps": recs}), file=proto, flush=True)
-            elif cmd["cmd"] == "valtime":           # validators timed in place (tostnp)
-                time_validation(True)
-                _VALTIME.update(t=0.0, n=0)
-                t0 = time.perf_counter()
-                for _ in range(cmd["k"]):
-                    step()
-                wall = time.perf_counter() - t0
-                time_validation(False)
-                print(PROTO + json.dumps({"val_s": _VALTIME["t"], "calls": _VALTIME["n"],
-                                          "wall": wall, "k": cmd["k"]}), file=proto, flush=True)
             elif cmd["cmd"] == "spin":          # run steps for cmd["s"] seconds (for perf)
                 t_end, n = time.perf_counter() + cmd["s"], 0
                 while time.perf_counter() < t_end:
@@ -1139,22 +1048,6 @@ def run_timing(args, out):
                   f"{time.time() - t0:.0f} s", flush=True)
 
 
-def run_defaults(args, out):
-    """Each system at its own default: tostnp's CLI trains with --blas-threads 1, torch uses
-    torch.get_num_threads() = the 2 cores."""
-    print(f"\n== 2b. Defaults: tostnp with 1 BLAS thread (its CLI default) vs torch with 2 "
-          f"threads (its default here); {args.rounds} interleaved rounds ==")
-    out["timing"]["1/2"] = {}
-    for bench in ("lm", "vision"):
-        res = interleave(bench, {"tostnp": 1, "torch": 2}, args.rounds, 1.0)
-        s = summarize(res)
-        s["raw"] = res
-        out["timing"]["1/2"][bench] = s
-        print(f"  {BENCH_TITLES[bench]:52s} tostnp/torch = {s['ratio_of_medians']:5.2f}x "
-              f"(paired {s['paired_ratio_median']:.2f}, range {s['paired_ratio_min']:.2f}-"
-              f"{s['paired_ratio_max']:.2f})", flush=True)
-
-
 def print_table(out):
     print("\n== Results (medians over interleaved rounds; ratio = tostnp time / torch time) ==")
     hdr = (f"{'thr':>3s}  {'benchmark':52s} {'ratio':>6s} {'paired (min-max)':>18s} "
@@ -1170,7 +1063,7 @@ def print_table(out):
                   f"{s['steps_per_s']['torch']:13.2f} {s['items_per_s']['tostnp']:11.0f} {u} "
                   f"{s['items_per_s']['torch']:10.0f} {u} "
                   f"{s['load_1min']['min']:6.2f}-{s['load_1min']['max']:.2f}")
-    print("  (thr: threads for both; 1/2 = tostnp 1 BLAS thread, torch 2 threads. steps/s and "
+    print("  (thr: threads for both. steps/s and "
           "items/s are absolute numbers from a shared 2-core machine: read the ratios. The load "
           "average includes this benchmark's own running worker.)")
     print("\n  Phase split of one step (median ms per step; torch fwd_bwd = forward+loss + "
@@ -1208,7 +1101,7 @@ _CATS = [  # (label, [(module file suffix, function name)]) -- inclusive times
     ("  model backward", [("lm.py", "lm_backward"), ("vision.py", "vision_backward")]),
     ("  TSSA fwd+bwd (incl. its W_u/W_o matmuls)", [("tssa.py", "tssa_forward"),
                                                    ("tssa.py", "tssa_backward")]),
-    ("    of which _scan (causal prefix/suffix sums)", [("tssa.py", "_scan")]),
+    ("    of which _scan (causal prefix/suffix sums)", [("tssa_causal.py", "_scan")]),
     ("  MLP fwd+bwd (matmuls + GELU)", [("layers.py", "mlp_forward"),
                                         ("layers.py", "mlp_backward")]),
     ("    of which GELU fwd+bwd (tanh form)", [("layers.py", "gelu_forward"),
@@ -1217,8 +1110,8 @@ _CATS = [  # (label, [(module file suffix, function name)]) -- inclusive times
                              ("layers.py", "layer_norm_backward")]),
     ("  LayerScale fwd+bwd", [("layers.py", "layer_scale_forward"),
                               ("layers.py", "layer_scale_backward")]),
-    ("  class-attention fwd+bwd (vision)", [("attention.py", "class_attention_forward"),
-                                            ("attention.py", "class_attention_backward")]),
+    ("  class-attention fwd+bwd (vision)", [("class_attention.py", "class_attention_forward"),
+                                            ("class_attention.py", "class_attention_backward")]),
     ("  patch embed fwd+bwd (vision)", [("layers.py", "patch_embed_forward"),
                                         ("layers.py", "patch_embed_backward")]),
     ("  embedding fwd+bwd (LM; np.add.at scatter)", [("layers.py", "embedding_forward"),
@@ -1229,8 +1122,8 @@ _CATS = [  # (label, [(module file suffix, function name)]) -- inclusive times
     ("AdamW.step", [("optim.py", "step")]),
 ]
 _VALIDATORS = [("_validate.py", "check_array"), ("_validate.py", "check_same_dtype"),
-               ("layers.py", "_check_param"), ("layers.py", "_check_params"),
-               ("tssa.py", "_check_params"), ("block.py", "_split"), ("lm.py", "_check_ids")]
+               ("_validate.py", "checked_once"), ("params.py", "check_param"),
+               ("params.py", "check_params"), ("lm.py", "_check_ids")]
 
 
 def _inclusive(st, funcs):
@@ -1261,7 +1154,7 @@ def cprofile_table(bench, k):
           f"{1e3 * prof_step:.1f} ms/step under the profiler, {1e3 * plain_step:.1f} ms/step "
           f"right after without it")
     rows = [(label, _inclusive(st, funcs) / k) for label, funcs in _CATS]
-    rows.append(("input validators (check_array, _check_params, _split, ...)",
+    rows.append(("input validators (check_array, check_params, checked_once, ...)",
                  _inclusive(st, _VALIDATORS) / k))
     print(f"    {'inclusive time per step':62s} {'ms':>8s} {'% of step':>9s}")
     for label, t in rows:
@@ -1353,42 +1246,10 @@ def gemm_table(bench, rounds, out, threads=1):
 def run_profile(args, out):
     prof = {}
     rounds = args.rounds
-    print("\n== 3. Where the time goes (1 thread, tostnp's CLI default --blas-threads 1) ==")
+    print("\n== 3. Where the time goes (1 thread) ==")
     prof["cprofile"] = {b: cprofile_table(b, 30 if b == "lm" else 150) for b in ("lm", "vision")}
     prof["torch_profiler"] = {b: torch_profile_table(b, 10 if b == "lm" else 60)
                               for b in ("lm", "vision")}
-    # validation A/B: one tostnp worker, rounds alternate validators on / stubbed out
-    prof["validation_ab"] = {}
-    for bench in ("lm", "vision"):
-        w = Worker("tostnp", bench, 1)
-        try:
-            k = max(1, round(1.0 / w.meta["warm_step_s"]))
-            a, b = [], []
-            for r in range(rounds):           # order A B, B A, A B, ... (cancels drift)
-                for on in ((True, False) if r % 2 == 0 else (False, True)):
-                    t = _phase_means(w.cmd(cmd="run", k=k, validation=on)["steps"])["total"]
-                    (a if on else b).append(t)
-        finally:
-            w.close()
-        ma, mb = statistics.median(a), statistics.median(b)
-        paired = [100 * (1 - y / x) for x, y in zip(a, b)]
-        print(f"  validation A/B, {bench} (one process, rounds alternate): step time with "
-              f"tostnp's input validators stubbed out vs with them: {100 * (mb - ma) / ma:+.1f}% "
-              f"(paired median {-statistics.median(paired):+.1f}%, range {-max(paired):+.1f}.."
-              f"{-min(paired):+.1f}%; {len(a)} rounds each)")
-        w = Worker("tostnp", bench, 1)
-        try:
-            v = w.cmd(cmd="valtime", k=max(3, round(3.0 / w.meta["warm_step_s"])))
-        finally:
-            w.close()
-        print(f"    validators timed in place (outermost calls, perf_counter around each): "
-              f"{1e3 * v['val_s'] / v['k']:.2f} ms per step in {v['calls'] / v['k']:.0f} calls = "
-              f"{100 * v['val_s'] / v['wall']:.1f}% of the step ({1e3 * v['wall'] / v['k']:.1f} "
-              f"ms/step while timed)")
-        prof.setdefault("validation_timed", {})[bench] = v
-        prof["validation_ab"][bench] = {"with_ms": 1e3 * ma, "without_ms": 1e3 * mb,
-                                        "saving_pct": 100 * (ma - mb) / ma,
-                                        "paired_pct": paired}
     # GEMMs alone
     prof["gemm"] = {}
     for threads in (1, 2):
@@ -1518,8 +1379,6 @@ def main():
     ap.add_argument("--only", nargs="+", default=["lm", "vision", "lm_tiny", "tssa_lm",
                                                    "block_nc", "block_c", "tssa_nc", "tssa_c"])
     ap.add_argument("--skip-check", action="store_true")
-    ap.add_argument("--no-defaults", action="store_true",
-                    help="skip the tostnp-1-thread vs torch-2-threads comparison")
     ap.add_argument("--profile", action="store_true", help="also run part 3 (profile)")
     ap.add_argument("--profile-only", action="store_true")
     ap.add_argument("--no-perf", action="store_true", help="skip the perf sampling in part 3")
@@ -1540,8 +1399,6 @@ def main():
         run_checks(out)
     if not args.profile_only:
         run_timing(args, out)
-        if 1 in args.threads and 2 in args.threads and not args.no_defaults:
-            run_defaults(args, out)
         print_table(out)
     if args.profile or args.profile_only:
         run_profile(args, out)
