@@ -139,3 +139,64 @@ def test_namespace_shortcut_is_array_api_compat_lookup():
         backend.namespace(a, s)                    # mixed libraries still refused
     with pytest.raises(TypeError):
         backend.namespace([1.0, 2.0])              # not an array
+
+
+# ---------------------------------------------------------------------------------------------
+# pieces and threads: tiny pieces so that every kernel runs many, on 1, 2 and 3 threads
+# ---------------------------------------------------------------------------------------------
+@pytest.fixture
+def small_pieces(monkeypatch):
+    from tostnp import fused
+    monkeypatch.setattr(fused, "CHUNK", 40)          # ~40 elements a piece: many pieces
+    old = fused.set_threads(1)
+    yield fused
+    fused.set_threads(old)
+
+
+def _kernels(fused, dtype, shape):
+    """Every fast kernel's outputs on one random input set (the fast path called directly)."""
+    rng = np.random.default_rng(sum(shape))
+    C = shape[-1]
+    x = (2.0 * rng.standard_normal(shape)).astype(dtype)
+    dy = rng.standard_normal(shape).astype(dtype)
+    gamma, beta = rng.standard_normal(C).astype(dtype), rng.standard_normal(C).astype(dtype)
+    y, s = fused.gelu_tanh_forward(x)
+    dx = fused.gelu_tanh_backward(dy, x, s)
+    ly, xhat, rstd = fused.layer_norm_forward(x, gamma, beta, 1e-5)
+    ldx, dgamma, dbeta = fused.layer_norm_backward(dy, xhat, rstd, gamma, True)
+    m, v = 0.1 * dy.copy(), np.abs(x)
+    new = fused.adamw_update(x, dy, m, v, b1=0.9, b2=0.99, lr=1e-2, wd=0.1, eps=1e-8,
+                             bc1=0.5, bc2=0.3)
+    return [y, s, dx, ly, xhat, rstd, ldx, dgamma, dbeta, m, v, new]
+
+
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+@pytest.mark.parametrize("shape", [(37, 5), (3, 29, 16), (2, 300)])
+def test_thread_count_does_not_change_a_bit(small_pieces, dtype, shape):
+    """The pieces and the order of their partial sums depend on the shapes only."""
+    fused = small_pieces
+    one = _kernels(fused, dtype, shape)
+    for n in (2, 3):
+        fused.set_threads(n)
+        for a, b in zip(one, _kernels(fused, dtype, shape)):
+            assert a.dtype == b.dtype and np.array_equal(a, b)
+
+
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+@pytest.mark.parametrize("shape", [(37, 5), (3, 29, 16)])
+def test_pieces_on_threads_match_plain(small_pieces, dtype, shape):
+    """Many pieces on 3 threads: GELU, LayerNorm and AdamW still equal the plain path."""
+    small_pieces.set_threads(3)
+    test_gelu_fast_matches_plain(dtype, shape)
+    test_layer_norm_fast_matches_plain(dtype, shape)
+    test_adamw_fast_matches_plain(dtype)
+
+
+def test_threads_sets_blas_and_fast_path_together():
+    from tostnp import fused
+    before = fused.get_threads()
+    with backend.threads(2):
+        assert fused.get_threads() == 2
+    assert fused.get_threads() == before
+    with pytest.raises(ValueError, match="threads"):
+        fused.set_threads(0)

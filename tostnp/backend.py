@@ -14,7 +14,7 @@ cover live here and only here:
 It is also the one switch for the CPU fast path: :func:`fused` hands out :mod:`tostnp.fused`
 (fewer passes over memory, no temporaries, for NumPy arrays only) where the plain array-API code
 is measured hot; CuPy and ``array_api_strict`` always run the plain code, which stays the
-specification. :func:`threads` sets the CPU thread count of BLAS, and :func:`keep_freed_memory`
+specification. :func:`threads` sets the CPU thread count of BLAS and of the fast path, and :func:`keep_freed_memory`
 keeps freed arrays in the process instead of handing them back to the operating system (so a
 training step reuses warm memory rather than faulting in fresh pages).
 """
@@ -96,10 +96,12 @@ def cpu_cores() -> int:
 
 @contextlib.contextmanager
 def threads(n: int | None):
-    """CPU threads for BLAS (OpenBLAS/MKL, via threadpoolctl) inside the ``with`` block.
+    """CPU threads inside the ``with`` block: BLAS's (OpenBLAS/MKL, via threadpoolctl) and the
+    fast path's (:func:`tostnp.fused.set_threads`: its kernels split their arrays into pieces
+    and run them on this many threads; NumPy's own elementwise operations use one).
 
-    ``n`` None or 0 leaves the library defaults alone. The fast path's kernels are NumPy
-    elementwise operations, which run on one thread, so BLAS is the only pool to set.
+    ``n`` None or 0 leaves the defaults alone (the library's for BLAS, one thread for the fast
+    path).
     """
     if not n:
         yield
@@ -107,8 +109,13 @@ def threads(n: int | None):
     if isinstance(n, bool) or not isinstance(n, int) or n < 0:
         raise ValueError(f"threads must be a positive int (or 0 for the default), got {n!r}")
     from threadpoolctl import threadpool_limits
-    with threadpool_limits(limits=n, user_api="blas"):
-        yield
+    from . import fused as _fused
+    old = _fused.set_threads(n)
+    try:
+        with threadpool_limits(limits=n, user_api="blas"):
+            yield
+    finally:
+        _fused.set_threads(old)
 
 
 def keep_freed_memory() -> bool:

@@ -97,7 +97,7 @@ def _forward(ids, params, cfg, xp):
                                      mixer=cfg.mixer)
         c_blocks.append(c)
     h, c_ln = L.layer_norm_forward(x, params["ln_f.gamma"], params.get("ln_f.beta"), cfg.ln_eps)
-    logits = h @ xp.matrix_transpose(params["wte"])                        # (B, T, V)
+    logits = L.rows_matmul(xp, h, xp.matrix_transpose(params["wte"]))      # (B, T, V)
     return logits, {"emb": c_emb, "blocks": c_blocks, "ln_f": c_ln, "h": h, "T": T,
                     "wte": params["wte"], "cfg": cfg}
 
@@ -114,7 +114,7 @@ def _backward(dlogits, cache) -> dict:
     V, C = wte.shape
     d2 = xp.reshape(dlogits, (-1, V))                                      # (B*T, V)
     dwte_head = xp.matrix_transpose(d2) @ xp.reshape(h, (-1, C))           # (V, C)
-    dh = dlogits @ wte                                                     # (B, T, C)
+    dh = L.rows_matmul(xp, dlogits, wte)                                   # (B, T, C)
     grads = {}
     dx, g = L.layer_norm_backward(dh, cache["ln_f"]); grads.update(prefixed(g, "ln_f"))
     for i in reversed(range(cfg.depth)):

