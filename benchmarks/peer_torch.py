@@ -19,8 +19,10 @@ Every number it prints is measured in the run that prints it.
    float64. "stress": LayerScale gammas 1, random temp and denom_bias, so the LM's ToST blocks
    matter (at init their gammas are 1e-5). The ToST block of part 2 is checked the same way.
 2. Timing. Each system runs in its own worker process (the tostnp worker never imports torch)
-   with the same thread count: NumPy's BLAS via threadpoolctl.threadpool_limits(n, "blas"),
-   torch via torch.set_num_threads(n) (both asserted in the worker). After warm-up the parent
+   with the same thread count: NumPy's BLAS via threadpoolctl.threadpool_limits(n, "blas") and
+   tostnp's fast path via tostnp.fused.set_threads(n) (together: what `--threads n` sets),
+   torch via torch.set_num_threads(n) (all asserted in the worker). The tostnp worker keeps
+   freed memory in the process (backend.keep_freed_memory), as tostnp's training does. After warm-up the parent
    alternates rounds A (tostnp), B (torch), A, B, ...; a round runs k steps (k chosen so a
    round takes ~1 s; one call for the big blocks); the per-step mean of a round is one sample.
    Reported: ratio tostnp/torch of the medians over rounds, the median (min-max) of the
@@ -499,8 +501,11 @@ def block_setup(causal, seed=0):
 
 
 def tostnp_block(causal):
+    from tostnp import backend
     from tostnp.nn.block import tost_block_forward, tost_block_backward
     params, x, dy, eps = block_setup(causal)
+    if hasattr(backend, "keep_freed_memory"):      # as tostnp's training and `bench --train` run
+        backend.keep_freed_memory()
     h = BLOCK_SHAPE["h"]
     pc = time.perf_counter
 
@@ -872,6 +877,10 @@ def worker_main(system, bench, threads):
         if system == "torch":
             torch = torch_defs()["torch"]
             torch.set_num_threads(threads)
+        else:       # `--threads N` sets BLAS and tostnp's fast path together (backend.threads)
+            from tostnp import fused
+            if hasattr(fused, "set_threads"):
+                fused.set_threads(threads)
         step0, meta = make_step(system, bench)
 
         def step():            # + page faults during the step (this process, all threads)
@@ -889,6 +898,8 @@ def worker_main(system, bench, threads):
         assert blas and all(n == threads for n in blas), (blas, threads)
         if system == "torch":
             assert torch.get_num_threads() == threads
+        elif hasattr(fused, "get_threads"):
+            assert fused.get_threads() == threads
         t0, warm = time.perf_counter(), []
         while len(warm) < 2 or time.perf_counter() - t0 < 2.0:
             warm.append(step()["total"])

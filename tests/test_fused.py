@@ -148,6 +148,7 @@ def test_namespace_shortcut_is_array_api_compat_lookup():
 def small_pieces(monkeypatch):
     from tostnp import fused
     monkeypatch.setattr(fused, "CHUNK", 40)          # ~40 elements a piece: many pieces
+    monkeypatch.setattr(fused, "PIECES_MIN", 0)      # pieces (and threads) for tiny arrays
     old = fused.set_threads(1)
     yield fused
     fused.set_threads(old)
@@ -175,6 +176,7 @@ def _kernels(fused, dtype, shape):
 def test_thread_count_does_not_change_a_bit(small_pieces, dtype, shape):
     """The pieces and the order of their partial sums depend on the shapes only."""
     fused = small_pieces
+    assert len(fused._pieces(int(np.prod(shape[:-1])), shape[-1])) > 1    # several pieces
     one = _kernels(fused, dtype, shape)
     for n in (2, 3):
         fused.set_threads(n)
@@ -200,3 +202,4 @@ def test_threads_sets_blas_and_fast_path_together():
     assert fused.get_threads() == before
     with pytest.raises(ValueError, match="threads"):
         fused.set_threads(0)
+

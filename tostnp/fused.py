@@ -1,5 +1,5 @@
 """The NumPy fast path: the hot elementwise chains of training, with fewer passes over memory,
-in cache-sized pieces, on every thread.
+in cache-sized pieces, on several threads for large arrays.
 
 The plain array-API code in :mod:`tostnp.nn` and :mod:`tostnp.optim` is the specification; every
 function here computes the same quantity for NumPy arrays and is chosen by
@@ -13,14 +13,21 @@ Three things make it fast:
 
 * **In place**: a chain of operators writes into the output buffers, no temporary per operator.
 * **In cache-sized pieces**: every kernel works on its arrays as rows ``(M, L)`` and runs the
-  whole chain on one piece of about ``CHUNK`` elements before the next, so the eight or so
-  passes of a chain read and write a piece that sits in the core's cache instead of sweeping
-  the whole array from memory each time (the MLP's (16384, 1536) GELU at the ToST block
-  benchmark's size: 125 ms in whole-array passes, 82 ms in pieces, one thread).
-* **On every thread**: the pieces are split between the threads of :func:`set_threads` (NumPy
-  releases the GIL inside its loops, and NumPy's own elementwise operations use one thread).
-  The pieces and the order in which their partial sums are added depend only on the shapes,
-  never on the thread count, so the result is bit-identical for any number of threads.
+  whole chain on one piece of about ``CHUNK`` elements before the next, so the passes of a
+  chain read and write a piece that sits in the core's cache instead of sweeping the whole
+  array from memory each time. Arrays under ``PIECES_MIN`` elements (4 MB of float32) run whole:
+  they stay in the caches anyway, and a piece costs Python calls. GELU forward+backward, one
+  thread, at the ToST block benchmark's MLP shape (16384, 1536): 191 ms in pieces against 323
+  ms whole; LayerNorm forward+backward 151 against 252 ms.
+* **On several threads, for large arrays**: with :func:`set_threads` above 1 (``--threads``)
+  the pieces of a kernel are split between threads (NumPy
+  releases the GIL inside its loops; its own elementwise operations use one thread). Measured
+  here, this pays only where BLAS's idle threads sleep: OpenBLAS's spin for a while after each
+  matrix product and take the second core (the ToST block step at 2 threads: 1,573 ms with
+  one fast-path thread, 1,577 with two; with ``OPENBLAS_THREAD_TIMEOUT=4`` in the environment,
+  1,516 and 1,210). The pieces,
+  and the order in which their partial sums are added, depend only on the shapes, so the result
+  is bit-identical for any thread count.
 
 Why plain NumPy and not a fused-expression library: numexpr (2.14, the usual choice) was
 measured against these in-place forms on the LM's MLP shape and lost (its tanh and exp are
@@ -44,7 +51,8 @@ __all__ = ["gelu_tanh_forward", "gelu_tanh_backward", "layer_norm_forward",
 # ---------------------------------------------------------------------------------------------
 # the piece executor: rows of an (M, L) view, in pieces of about CHUNK elements, on the threads
 # ---------------------------------------------------------------------------------------------
-CHUNK = 1 << 15          # elements per piece: 128 KiB of float32, a chain's buffers stay in L2
+CHUNK = 1 << 17          # elements per piece: 512 KiB of float32 (measured best of 8K..128K here)
+PIECES_MIN = 1 << 20     # elements below which a kernel runs whole, on one thread (measured)
 _threads = 1
 _pool: ThreadPoolExecutor | None = None
 _pool_pid = None
@@ -74,14 +82,17 @@ def _executor(n: int) -> ThreadPoolExecutor:
 
 
 def _pieces(M: int, L: int) -> list[tuple[int, int]]:
-    """Row ranges [lo, hi) of about CHUNK elements each covering rows 0..M (shapes only)."""
+    """Row ranges [lo, hi) of about CHUNK elements each covering rows 0..M (shapes only); one
+    range for arrays under PIECES_MIN elements, which fit in the caches as they are."""
+    if M * L < PIECES_MIN:
+        return [(0, M)]
     rows = max(1, CHUNK // max(1, L))
     return [(lo, min(lo + rows, M)) for lo in range(0, M, rows)]
 
 
 def _run_pieces(fn, M: int, L: int):
     """fn(lo, hi) for every piece of rows of an (M, L) view; returns the list of the results in
-    piece order. The pieces are split into contiguous runs, one per thread."""
+    piece order."""
     pieces = _pieces(M, L)
     n = min(_threads, len(pieces))
     if n <= 1:
@@ -92,7 +103,7 @@ def _run_pieces(fn, M: int, L: int):
     k = len(pieces)
     groups = [pieces[i * k // n:(i + 1) * k // n] for i in range(n)]
     futures = [_executor(n - 1).submit(run, g) for g in groups[1:]]
-    out = run(groups[0])                         # the calling thread takes the first run
+    out = run(groups[0])
     for f in futures:
         out.extend(f.result())
     return out
@@ -101,6 +112,7 @@ def _run_pieces(fn, M: int, L: int):
 def _rows(a):
     """(..., L) -> an (M, L) view (a 0-d or 1-d array is one row)."""
     return a.reshape(-1, a.shape[-1]) if a.ndim >= 1 else a.reshape(1, 1)
+
 
 _GELU_A = math.sqrt(2.0 / math.pi)
 _GELU_B = 0.044715
@@ -273,3 +285,4 @@ def adamw_update(p, g, m, v, *, b1: float, b2: float, lr: float, wd: float, eps:
         ni -= tmp
     _run_pieces(piece, *n2.shape)
     return new
+
