@@ -203,3 +203,17 @@ def test_threads_sets_blas_and_fast_path_together():
     with pytest.raises(ValueError, match="threads"):
         fused.set_threads(0)
 
+
+
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+@pytest.mark.parametrize("shape", SHAPES + [(64, 17, 128)])
+def test_sum_rows_matches_plain(dtype, shape):
+    """Bias, LayerNorm and LayerScale gradients: sums over the leading axes as ones @ a."""
+    from tostnp import fused
+    a = np.random.default_rng(len(shape)).standard_normal(shape).astype(dtype)
+    with plain():
+        ref = L.sum_leading(backend.namespace(a), a)
+    got = L.sum_leading(backend.namespace(a), a)
+    assert got.dtype == dtype and got.shape == (shape[-1],)
+    assert rel(got, ref) < TOL[dtype]
+    assert rel(fused.sum_rows(a), a.reshape(-1, shape[-1]).astype(np.float64).sum(0)) < TOL[dtype]

@@ -46,7 +46,8 @@ from concurrent.futures import ThreadPoolExecutor
 import numpy as np
 
 __all__ = ["gelu_tanh_forward", "gelu_tanh_backward", "layer_norm_forward",
-           "layer_norm_backward", "adamw_update", "set_threads", "get_threads", "CHUNK"]
+           "layer_norm_backward", "adamw_update", "sum_rows", "set_threads", "get_threads",
+           "CHUNK"]
 
 # ---------------------------------------------------------------------------------------------
 # the piece executor: rows of an (M, L) view, in pieces of about CHUNK elements, on the threads
@@ -112,6 +113,34 @@ def _run_pieces(fn, M: int, L: int):
 def _rows(a):
     """(..., L) -> an (M, L) view (a 0-d or 1-d array is one row)."""
     return a.reshape(-1, a.shape[-1]) if a.ndim >= 1 else a.reshape(1, 1)
+
+
+# ---------------------------------------------------------------------------------------------
+# sums over rows as vector-matrix products
+# ---------------------------------------------------------------------------------------------
+_ONES: dict = {}
+
+
+def _ones(n: int, dtype):
+    """A read-only vector of n ones (kept: the same few lengths come back every step)."""
+    key = (n, np.dtype(dtype))
+    v = _ONES.get(key)
+    if v is None:
+        if len(_ONES) > 64:
+            _ONES.clear()
+        v = _ONES[key] = np.ones(n, dtype)
+        v.flags.writeable = False
+    return v
+
+
+def sum_rows(a):
+    """Sum over every axis but the last: (..., L) -> (L,), as ones @ a (BLAS).
+
+    NumPy's ``sum(axis=0)`` of a (M, L) array and its row sums over a short last axis run 4-6x
+    slower than the matrix-vector product at the models' shapes ((1088, 64): 33 against 8 us);
+    bias and LayerNorm/LayerScale gradients are such sums."""
+    a2 = _rows(a)
+    return _ones(a2.shape[0], a2.dtype) @ a2
 
 
 _GELU_A = math.sqrt(2.0 / math.pi)
@@ -190,7 +219,8 @@ def layer_norm_forward(x, gamma, beta, eps: float):
 
     def piece(lo, hi):
         xi, xh, ri = x2[lo:hi], xh2[lo:hi], r2[lo:hi]
-        mu = np.mean(xi, axis=-1, keepdims=True)                   # (rows, 1)
+        mu = (xi @ _ones(C, xi.dtype))[:, None]                    # (rows, 1) C * mean
+        mu *= 1.0 / C
         np.subtract(xi, mu, out=xh)                                # x - mu
         ri[:, 0] = np.vecdot(xh, xh)                               # C * var
         ri *= 1.0 / C
@@ -224,8 +254,9 @@ def layer_norm_backward(dy, xhat, rstd, gamma, has_beta: bool = True):
     def piece(lo, hi):
         dyi, xh, dxi = dy2[lo:hi], xh2[lo:hi], dx2[lo:hi]
         p = np.multiply(dyi, xh)                                   # (rows, C) dy xhat
-        dgamma = np.sum(p, axis=0)                                 # (C,) this piece's part
-        dbeta = np.sum(dyi, axis=0) if has_beta else None
+        ones = _ones(hi - lo, p.dtype)
+        dgamma = ones @ p                                          # (C,) this piece's part
+        dbeta = ones @ dyi if has_beta else None
         a = (dyi @ gamma)[:, None]                                 # (rows, 1) C mean(g)
         b = (p @ gamma)[:, None]                                   # (rows, 1) C mean(g xhat)
         a *= 1.0 / C

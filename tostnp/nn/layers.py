@@ -25,7 +25,7 @@ from ..params import check_param, check_params
 LN_EPS = 1e-5
 
 __all__ = [
-    "LN_EPS", "rows_matmul", "linear_forward", "linear_backward",
+    "LN_EPS", "rows_matmul", "sum_leading", "linear_forward", "linear_backward",
     "layer_norm_forward", "layer_norm_backward",
     "gelu_forward", "gelu_backward", "gelu_erf_forward", "gelu_erf_backward", "GELUS",
     "mlp_forward", "mlp_backward",
@@ -40,8 +40,11 @@ __all__ = [
 # ---------------------------------------------------------------------------------------------
 # helpers (parameters are checked by tostnp.params.check_param / check_params)
 # ---------------------------------------------------------------------------------------------
-def _sum_leading(xp, a):
-    """Sum over every axis but the last: (..., C) -> (C,)."""
+def sum_leading(xp, a):
+    """Sum over every axis but the last: (..., C) -> (C,) (bias and scale gradients)."""
+    fast = backend.fused(xp)
+    if fast is not None:                         # NumPy: as ones @ a (tostnp.fused.sum_rows)
+        return fast.sum_rows(a)
     return xp.sum(xp.reshape(a, (-1, a.shape[-1])), axis=0)
 
 
@@ -95,7 +98,7 @@ def linear_backward(dy, cache):
     dx = rows_matmul(xp, dy, xp.matrix_transpose(W))               # (..., Cin)
     grads = {"W": _outer_sum(xp, x, dy)}                           # (Cin, Cout)
     if has_b:
-        grads["b"] = _sum_leading(xp, dy)                          # (Cout,)
+        grads["b"] = sum_leading(xp, dy)                           # (Cout,)
     return dx, grads
 
 
@@ -144,9 +147,9 @@ def layer_norm_backward(dy, cache):
     dx = g - xp.mean(g, axis=-1, keepdims=True)
     dx = dx - xhat * xp.mean(g * xhat, axis=-1, keepdims=True)
     dx = dx * rstd                                                 # (..., C)
-    grads = {"gamma": _sum_leading(xp, dy * xhat)}
+    grads = {"gamma": sum_leading(xp, dy * xhat)}
     if has_beta:
-        grads["beta"] = _sum_leading(xp, dy)
+        grads["beta"] = sum_leading(xp, dy)
     return dx, grads
 
 
@@ -429,4 +432,4 @@ def layer_scale_backward(dy, cache):
     """dy: (..., C) -> dx (..., C), {"gamma": (C,)}."""
     x, gamma = cache
     xp = backend.namespace(dy)
-    return dy * gamma, {"gamma": _sum_leading(xp, dy * x)}
+    return dy * gamma, {"gamma": sum_leading(xp, dy * x)}

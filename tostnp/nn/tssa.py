@@ -53,6 +53,7 @@ from __future__ import annotations
 
 from ..backend import namespace, device_of
 from .._validate import check_array, check_same_dtype
+from .layers import sum_leading
 from .tssa_heads import (check_tssa_params, check_width, head_indicator, head_token_sums,
                          per_coord, split_heads, merge_heads, project_in, project_in_backward,
                          softmax_heads, softmax_heads_backward, NORM_EPS2, PI_EPS)
@@ -159,7 +160,7 @@ def full_backward(dy, cache, xp):
     sq_h = split_heads(w * w, h, p, xp)           # (B, N, h, p) recomputed: cheaper than caching it
     grads = {}
     if "b_o" in params:
-        grads["b_o"] = xp.sum(xp.reshape(dy, (B * N, C)), axis=0)                # (C,)
+        grads["b_o"] = sum_leading(xp, dy)                                       # (C,)
     if cache["W_eff"] is not None:
         # y = a @ W_eff, W_eff = diag(-r) W_o
         g_W_eff = xp.matrix_transpose(a) @ dy                                    # (B, C, C)

@@ -25,9 +25,10 @@ from __future__ import annotations
 
 from ..backend import namespace, device_of
 from .._validate import check_array
-from .tssa_heads import (check_tssa_params, check_width, head_indicator, per_coord, split_heads,
-                         merge_heads, project_in, project_in_backward, softmax_heads,
-                         softmax_heads_backward, S1_EPS, PI_EPS)
+from .layers import sum_leading
+from .tssa_heads import (check_tssa_params, check_width, head_indicator, head_sums, per_coord,
+                         split_heads, merge_heads, project_in, project_in_backward,
+                         softmax_heads, softmax_heads_backward, S1_EPS, PI_EPS)
 
 __all__ = ["tssa_decode_init", "tssa_decode_step"]
 
@@ -114,7 +115,7 @@ def causal_forward(x, params, h, p, xp):
         keep = xp.where(active > 0, keep, xp.ones_like(keep))
     del S1
     # q_tk: a sum over each head's p contiguous coordinates (eq-causal-pi)
-    q = xp.sum(split_heads(ratio, h, p, xp), axis=-1) + float(p) * bias          # (B, T, h)
+    q = head_sums(ratio, h, p, xp) + float(p) * bias                             # (B, T, h)
     Pi = softmax_heads(temp * q, xp)                                             # (B, T, h)
 
     a = merge_heads(split_heads(w, h, p, xp) * per_coord(Pi, xp), xp)            # (B, T, C)  w Pi
@@ -154,7 +155,7 @@ def causal_backward(dy, cache, xp):
     dy2 = xp.reshape(dy, (B * T, C))
     grads = {}
     if "b_o" in params:
-        grads["b_o"] = xp.sum(dy2, axis=0)                                       # (C,)
+        grads["b_o"] = sum_leading(xp, dy2)                                      # (C,)
     # y = v @ (-W_o) + b_o with v = -out = a r, a = w Pi, r = n / (n + S2)     (eq-causal-out)
     grads["W_o"] = -(xp.matrix_transpose(xp.reshape(v, (B * T, C))) @ dy2)       # (C, C)
     g_v = xp.reshape(dy2 @ xp.matrix_transpose(-params["W_o"]), (B, T, C))       # (B, T, C)
@@ -167,7 +168,7 @@ def causal_backward(dy, cache, xp):
     g_S2 = u * r                                                                 # (B, T, C)
     g_S2 *= -1.0                                                                 # -u r
     u += g_S2                                                                    # u (1 - r)
-    g_n = xp.sum(split_heads(u, h, p, xp), axis=-1)                              # (B, T, h)
+    g_n = head_sums(u, h, p, xp)                                                 # (B, T, h)
     del u, u_h
     # S2 = prefix(Pi sq), S3 = prefix(Pi): the adjoint of a prefix sum is a suffix sum
     G2 = _scan(g_S2, xp, reverse=True)                                           # (B, T, C)
