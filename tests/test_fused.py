@@ -217,3 +217,23 @@ def test_sum_rows_matches_plain(dtype, shape):
     assert got.dtype == dtype and got.shape == (shape[-1],)
     assert rel(got, ref) < TOL[dtype]
     assert rel(fused.sum_rows(a), a.reshape(-1, shape[-1]).astype(np.float64).sum(0)) < TOL[dtype]
+
+
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+@pytest.mark.parametrize("ignore", [None, -1])
+def test_softmax_cross_entropy_backward_fast_matches_plain(dtype, ignore):
+    rng = np.random.default_rng(7)
+    logits = (3.0 * rng.standard_normal((4, 6, 11))).astype(dtype)
+    targets = rng.integers(0, 11, size=(4, 6))
+    if ignore is not None:
+        targets[0, :3] = ignore
+    out = []
+    for ctx in (contextlib.nullcontext, plain):
+        with ctx():
+            _, cache = L.softmax_cross_entropy_forward(logits, targets, ignore_index=ignore)
+            out.append(L.softmax_cross_entropy_backward(np.asarray(1.7, dtype), cache)[0])
+    fast, slow = out
+    assert fast.dtype == dtype and fast.shape == logits.shape
+    assert rel(fast, slow) < TOL[dtype]
+    if ignore is not None:
+        assert np.all(fast[0, :3] == 0.0)

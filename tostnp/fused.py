@@ -46,8 +46,8 @@ from concurrent.futures import ThreadPoolExecutor
 import numpy as np
 
 __all__ = ["gelu_tanh_forward", "gelu_tanh_backward", "layer_norm_forward",
-           "layer_norm_backward", "adamw_update", "sum_rows", "set_threads", "get_threads",
-           "CHUNK"]
+           "layer_norm_backward", "adamw_update", "softmax_cross_entropy_backward", "sum_rows",
+           "set_threads", "get_threads", "CHUNK"]
 
 # ---------------------------------------------------------------------------------------------
 # the piece executor: rows of an (M, L) view, in pieces of about CHUNK elements, on the threads
@@ -164,10 +164,9 @@ def gelu_tanh_forward(x):
     def piece(lo, hi):
         xi, si = x2[lo:hi], s2[lo:hi]
         np.multiply(xi, xi, out=si)                                # x^2
-        si *= _GELU_B
-        si += 1.0
-        si *= xi                                                   # x + b x^3
-        si *= -2.0 * _GELU_A                                       # -2u
+        si *= -2.0 * _GELU_A * _GELU_B
+        si += -2.0 * _GELU_A                                       # -2a (1 + b x^2)
+        si *= xi                                                   # -2u
         with np.errstate(over="ignore"):
             np.exp(si, out=si)
         si += 1.0
@@ -189,10 +188,9 @@ def gelu_tanh_backward(dy, x, s):
     def piece(lo, hi):
         xi, si, gi = x2[lo:hi], s2[lo:hi], g2[lo:hi]
         np.multiply(xi, xi, out=gi)
-        gi *= 3.0 * _GELU_B
-        gi += 1.0
-        gi *= xi
-        gi *= 2.0 * _GELU_A                                        # 2a x (1 + 3b x^2)
+        gi *= 6.0 * _GELU_A * _GELU_B
+        gi += 2.0 * _GELU_A
+        gi *= xi                                                   # 2a x (1 + 3b x^2)
         one_minus_s = np.subtract(1.0, si, dtype=si.dtype)         # a piece: stays in cache
         gi *= one_minus_s
         gi += 1.0
@@ -277,6 +275,22 @@ def layer_norm_backward(dy, xhat, rstd, gamma, has_beta: bool = True):
         for part in parts[1:]:
             dbeta += part[1]
     return dx, dgamma, dbeta
+
+
+# ---------------------------------------------------------------------------------------------
+# softmax cross-entropy, backward
+# ---------------------------------------------------------------------------------------------
+def softmax_cross_entropy_backward(logp, t, w, dloss):
+    """dlogits = (softmax - onehot(t)) * w * dloss for logp (M, V) = log-softmax, t (M,) the
+    targets, w (M,) the per-row weights -> (M, V).
+
+    exp(logp) into the output, the targets' entries lowered by one where they are (M scattered
+    elements, instead of an (M, V) comparison mask and a select), one scaling pass."""
+    g = np.exp(logp)                                               # (M, V) softmax
+    rows = np.arange(g.shape[0])
+    g[rows, t] -= 1.0
+    g *= (w * np.asarray(dloss, dtype=g.dtype))[:, None]
+    return g
 
 
 # ---------------------------------------------------------------------------------------------

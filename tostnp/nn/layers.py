@@ -370,6 +370,9 @@ def softmax_cross_entropy_backward(dloss, cache):
     """
     logp, t, w, shape = cache
     xp = backend.namespace(logp)
+    fast = backend.fused(xp)
+    if fast is not None:                         # NumPy: two passes, no (M, V) mask
+        return fast.softmax_cross_entropy_backward(logp, t, w, dloss).reshape(shape), {}
     V = logp.shape[-1]
     p = xp.exp(logp)                                               # (M, V) softmax
     hit = xp.reshape(t, (-1, 1)) == xp.reshape(xp.arange(V, device=backend.device_of(logp)), (1, -1))
