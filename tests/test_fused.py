@@ -237,3 +237,17 @@ def test_softmax_cross_entropy_backward_fast_matches_plain(dtype, ignore):
     assert rel(fast, slow) < TOL[dtype]
     if ignore is not None:
         assert np.all(fast[0, :3] == 0.0)
+
+
+@pytest.mark.parametrize("shape", [(0, 4), (3, 0), (2, 0, 5)])
+def test_empty_arrays(shape):
+    """Empty batches and zero-width rows pass through every kernel (as on the plain path)."""
+    from tostnp import fused
+    x = np.zeros(shape, np.float32)
+    y, s = fused.gelu_tanh_forward(x)
+    assert y.shape == s.shape == shape
+    assert fused.gelu_tanh_backward(x, x, s).shape == shape
+    assert fused.sum_rows(x).shape == (shape[-1],)
+    new = fused.adamw_update(x, x, x.copy(), x.copy(), b1=0.9, b2=0.99, lr=0.1, wd=0.1,
+                             eps=1e-8, bc1=0.1, bc2=0.01)
+    assert new.shape == shape

@@ -76,7 +76,8 @@ def get_threads() -> int:
 def _executor(n: int) -> ThreadPoolExecutor:
     global _pool, _pool_pid
     if _pool is None or _pool_pid != os.getpid() or _pool._max_workers < n:
-        # a fork (DataLoader-style workers, multiprocessing) does not inherit the threads
+        if _pool is not None and _pool_pid == os.getpid():
+            _pool.shutdown(wait=False)        # (a forked child has none of the parent's threads)
         _pool = ThreadPoolExecutor(max_workers=n, thread_name_prefix="tostnp-fused")
         _pool_pid = os.getpid()
     return _pool
@@ -111,8 +112,10 @@ def _run_pieces(fn, M: int, L: int):
 
 
 def _rows(a):
-    """(..., L) -> an (M, L) view (a 0-d or 1-d array is one row)."""
-    return a.reshape(-1, a.shape[-1]) if a.ndim >= 1 else a.reshape(1, 1)
+    """(..., L) -> an (M, L) view (a 0-d or 1-d array is one row; empty arrays work too)."""
+    if a.ndim == 0:
+        return a.reshape(1, 1)
+    return a.reshape(math.prod(a.shape[:-1]), a.shape[-1])
 
 
 # ---------------------------------------------------------------------------------------------
