@@ -20,7 +20,7 @@ Every number it prints is measured in the run that prints it.
    matter (at init their gammas are 1e-5). The ToST block of part 2 is checked the same way.
 2. Timing. Each system runs in its own worker process (the tostnp worker never imports torch)
    with the same thread count: NumPy's BLAS via threadpoolctl.threadpool_limits(n, "blas") and
-   tostnp's fast path via tostnp.fused.set_threads(n) (together: what `--threads n` sets),
+   tostnp's fast path via tostnp.backend.kernels.set_threads(n) (together: what `--threads n` sets),
    torch via torch.set_num_threads(n) (all asserted in the worker). The tostnp worker keeps
    freed memory in the process (backend.keep_freed_memory), as tostnp's training does. After warm-up the parent
    alternates rounds A (tostnp), B (torch), A, B, ...; a round runs k steps (k chosen so a
@@ -29,7 +29,7 @@ Every number it prints is measured in the run that prints it.
    per-round paired ratios, steps/s, items/s, the 1-min load average during the rounds, the
    phase split of a step, and the fresh memory faulted in per step (minor faults, counting
    2 MB for each transparent-huge-page fault).
-   One training step = what tostnp/train.py does per update minus logging/eval/checkpoints:
+   One training step = what tostnp/train/loop.py does per update minus logging/eval/checkpoints:
    task.next_batch(), task.loss_and_grads(), clip_grad_norm(1.0), lr_schedule(), float(loss) +
    finiteness check, AdamW.step(); torch: the same batch sampler, forward, cross-entropy,
    zero_grad + backward, clip_grad_norm_(1.0), the same lr schedule, loss.item() + check,
@@ -326,7 +326,7 @@ def torch_params_as_tostnp(m):
 def make_torch_adamw(m, tcfg):
     """torch.optim.AdamW with tostnp's hyper-parameters and its no-decay rule (by tostnp name)."""
     torch = torch_defs()["torch"]
-    from tostnp.optim import default_no_decay
+    from tostnp.train.optim import default_no_decay
     decay = [p for k, p, _ in m if not default_no_decay(k)]
     no_decay = [p for k, p, _ in m if default_no_decay(k)]
     return torch.optim.AdamW([{"params": decay, "weight_decay": tcfg.weight_decay},
@@ -338,8 +338,8 @@ def make_torch_adamw(m, tcfg):
 # the two systems' setups (shared by the equivalence check and the workers)
 # ============================================================================================
 def train_config(kind, n_train=None):
-    """tostnp's CLI training defaults (tostnp/commands/train.py) for the default presets."""
-    from tostnp.train import TrainConfig
+    """tostnp's CLI training defaults (tostnp/cli/train_command.py) for the default presets."""
+    from tostnp.train.loop import TrainConfig
     from tostnp.models.configs import LM_TRAIN_PRESET, get_vision_train_preset
     if kind.startswith("lm"):
         d = LM_TRAIN_PRESET
@@ -359,7 +359,7 @@ def make_task(kind, seed=0, dtype=None):
     kind "lm_tiny": the LM preset at width 8 (same layers and op count, negligible FLOPs)."""
     from tostnp import backend
     from tostnp.models import configs as Cf
-    from tostnp.tasks import LMTask, VisionTask
+    from tostnp.train.tasks import LMTask, VisionTask
     from tostnp.data import load_lm_text, load_vision_data
     from tostnp.models.configs import get_vision_train_preset
     xp = backend.get_xp("cpu")
@@ -387,12 +387,12 @@ def make_task(kind, seed=0, dtype=None):
 
 
 def tostnp_trainer(kind, dtype=None):
-    """tostnp's own per-update path from tostnp/train.py (minus logging/eval/checkpoint)."""
+    """tostnp's own per-update path from tostnp/train/loop.py (minus logging/eval/checkpoint)."""
     from tostnp import backend
-    from tostnp.optim import clip_grad_norm, lr_schedule
-    from tostnp.train import _make_opt
+    from tostnp.train.optim import clip_grad_norm, lr_schedule
+    from tostnp.train.loop import _make_opt
     task, tcfg = make_task(kind, dtype=dtype)
-    if hasattr(backend, "keep_freed_memory"):      # what tostnp.train.train() does first
+    if hasattr(backend, "keep_freed_memory"):      # what tostnp.train.loop.train() does first
         backend.keep_freed_memory()
     params = task.init_params(backend.RNG(tcfg.seed))
     opt = _make_opt(params, tcfg)
@@ -427,7 +427,7 @@ def torch_trainer(kind, task=None, tcfg=None, params0=None, dtype=None):
     T = torch_defs()
     torch, F = T["torch"], T["F"]
     from tostnp import backend
-    from tostnp.optim import lr_schedule
+    from tostnp.train.optim import lr_schedule
     if task is None:
         task, tcfg = make_task(kind)
         params0 = task.init_params(backend.RNG(tcfg.seed))
@@ -878,7 +878,7 @@ def worker_main(system, bench, threads):
             torch = torch_defs()["torch"]
             torch.set_num_threads(threads)
         else:       # `--threads N` sets BLAS and tostnp's fast path together (backend.threads)
-            from tostnp import fused
+            from tostnp.backend import kernels as fused
             if hasattr(fused, "set_threads"):
                 fused.set_threads(threads)
         step0, meta = make_step(system, bench)

@@ -7,7 +7,7 @@ import pytest
 from hypothesis import given, settings, strategies as st
 
 from tostnp import backend
-from tostnp.bpe import BPETokenizer, CHUNK_RE
+from tostnp.data.bpe import BPETokenizer, CHUNK_RE
 from tostnp.data import tokenizer_from_dict, unigram_bits_per_char
 
 
@@ -74,7 +74,7 @@ def test_lm_bits_per_character_with_subword_tokens():
     """val_bpc = summed token loss / characters spelled, against a float64 log-softmax."""
     from tostnp.models import get_lm_config
     from tostnp.models.lm import lm_forward
-    from tostnp.tasks import LMTask
+    from tostnp.train.tasks import LMTask
     from tostnp.data import sample_lm_batch
     text = "the quick brown fox jumps over the lazy dog. " * 30
     tok = BPETokenizer.train(text, vocab_size=40)

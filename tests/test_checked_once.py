@@ -1,4 +1,4 @@
-"""Validation once per kind of model call (tostnp._validate.checked_once).
+"""Validation once per kind of model call (tostnp.backend.validate.checked_once).
 
 The first call with a given signature runs every layer's checks; later identical calls skip
 the structural checks. Every error a user can trigger must still appear, with its message, and
@@ -7,7 +7,8 @@ the trusted calls must compute exactly what the checked ones do.
 import numpy as np
 import pytest
 
-from tostnp import _validate, backend
+from tostnp import backend
+from tostnp.backend import validate as _validate
 from tostnp.models import get_lm_config, get_vision_config, lm_init, lm_forward, lm_backward, \
     vision_init, vision_forward
 

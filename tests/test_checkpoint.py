@@ -10,7 +10,7 @@ import pytest
 import array_api_strict as xps
 
 from tostnp.backend import RNG
-from tostnp.checkpoint import checkpoint_paths, load_checkpoint, save_checkpoint
+from tostnp.io.checkpoint import checkpoint_paths, load_checkpoint, save_checkpoint
 
 
 @dataclasses.dataclass(frozen=True)

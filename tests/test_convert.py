@@ -19,11 +19,11 @@ from safetensors.numpy import load_file, save_file
 
 from tostnp import backend
 from tostnp.__main__ import main
-from tostnp.checkpoint import save_checkpoint, load_checkpoint
-from tostnp.interchange import published_layout, from_published, to_published
+from tostnp.io.checkpoint import save_checkpoint, load_checkpoint
+from tostnp.io.interchange import published_layout, from_published, to_published
 from tostnp.models import (VisionConfig, LMConfig, get_vision_config, get_lm_config, vision_init,
                            lm_init, load_model, vision_forward, lm_forward)
-from tostnp.params import num_params, is_state
+from tostnp.nn.params import num_params, is_state
 
 HERE = os.path.dirname(__file__)
 LAYOUT = json.load(open(os.path.join(HERE, "data", "official-layout.json")))

@@ -13,7 +13,7 @@ pytest.importorskip("jupytext")
 pytest.importorskip("nbclient")
 
 from tostnp.__main__ import main  # noqa: E402
-from tostnp.commands import exercises as cli  # noqa: E402
+from tostnp.cli import exercises_command as cli  # noqa: E402
 from tostnp.exercises import notebook as nbk  # noqa: E402
 
 SMALL = "04_variational"          # the quickest notebook to execute

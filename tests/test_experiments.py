@@ -10,7 +10,7 @@ import pytest
 from tostnp.__main__ import main
 from tostnp.experiments import EXPERIMENTS, markdown_report
 from tostnp.experiments.scaling import fit_limit
-from tostnp.synthetic import (needle_task, needle_codebook, listops_task, LISTOPS_TOKENS, PAD,
+from tostnp.data.synthetic import (needle_task, needle_codebook, listops_task, LISTOPS_TOKENS, PAD,
                               one_hot)
 
 

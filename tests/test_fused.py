@@ -1,4 +1,4 @@
-"""The NumPy fast path (tostnp.fused) against the plain array-API path on random shapes.
+"""The NumPy fast path (tostnp.backend.kernels) against the plain array-API path on random shapes.
 
 The plain path is itself checked against autograd in test_layers.py / test_optim.py; here every
 fast kernel must reproduce it to rounding, in float64 (tight) and float32 (a few ulps of the
@@ -13,7 +13,7 @@ import pytest
 
 from tostnp import backend
 from tostnp.nn import layers as L
-from tostnp.optim import AdamW
+from tostnp.train.optim import AdamW
 
 TOL = {np.float64: 1e-12, np.float32: 2e-5}
 SHAPES = [(7,), (3, 5), (2, 9, 16), (4, 3, 2, 33)]
@@ -146,7 +146,7 @@ def test_namespace_shortcut_is_array_api_compat_lookup():
 # ---------------------------------------------------------------------------------------------
 @pytest.fixture
 def small_pieces(monkeypatch):
-    from tostnp import fused
+    from tostnp.backend import kernels as fused
     monkeypatch.setattr(fused, "CHUNK", 40)          # ~40 elements a piece: many pieces
     monkeypatch.setattr(fused, "PIECES_MIN", 0)      # pieces (and threads) for tiny arrays
     old = fused.set_threads(1)
@@ -195,7 +195,7 @@ def test_pieces_on_threads_match_plain(small_pieces, dtype, shape):
 
 
 def test_threads_sets_blas_and_fast_path_together():
-    from tostnp import fused
+    from tostnp.backend import kernels as fused
     before = fused.get_threads()
     with backend.threads(2):
         assert fused.get_threads() == 2
@@ -209,7 +209,7 @@ def test_threads_sets_blas_and_fast_path_together():
 @pytest.mark.parametrize("shape", SHAPES + [(64, 17, 128)])
 def test_sum_rows_matches_plain(dtype, shape):
     """Bias, LayerNorm and LayerScale gradients: sums over the leading axes as ones @ a."""
-    from tostnp import fused
+    from tostnp.backend import kernels as fused
     a = np.random.default_rng(len(shape)).standard_normal(shape).astype(dtype)
     with plain():
         ref = L.sum_leading(backend.namespace(a), a)
@@ -242,7 +242,7 @@ def test_softmax_cross_entropy_backward_fast_matches_plain(dtype, ignore):
 @pytest.mark.parametrize("shape", [(0, 4), (3, 0), (2, 0, 5)])
 def test_empty_arrays(shape):
     """Empty batches and zero-width rows pass through every kernel (as on the plain path)."""
-    from tostnp import fused
+    from tostnp.backend import kernels as fused
     x = np.zeros(shape, np.float32)
     y, s = fused.gelu_tanh_forward(x)
     assert y.shape == s.shape == shape

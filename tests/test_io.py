@@ -1,10 +1,10 @@
-"""tostnp.io: the atomic writer leaves either the old file or the whole new one, never a part,
+"""tostnp.io.atomic: the atomic writer leaves either the old file or the whole new one, never a part,
 and no temporary file behind."""
 import os
 
 import pytest
 
-from tostnp.io import atomic_path, atomic_savefig, atomic_write_bytes, atomic_write_text
+from tostnp.io.atomic import atomic_path, atomic_savefig, atomic_write_bytes, atomic_write_text
 
 
 def test_writes_content_and_leaves_no_temporary(tmp_path):

@@ -16,7 +16,7 @@ from tostnp import backend
 from tostnp.models import (get_vision_config, get_lm_config, vision_init, vision_forward,
                            vision_loss_and_grads, lm_init, lm_forward, lm_loss_and_grads,
                            lm_generate, num_params, VISION_CONFIGS, LM_CONFIGS)
-from tostnp.optim import AdamW, clip_grad_norm, default_no_decay
+from tostnp.train.optim import AdamW, clip_grad_norm, default_no_decay
 from references import (ref_tssa, ref_layer_norm, ref_mlp, ref_class_attention,
                         ref_cross_entropy)
 

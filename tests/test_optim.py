@@ -6,7 +6,7 @@ import pytest
 
 import array_api_strict as xps
 
-from tostnp.optim import AdamW, clip_grad_norm, default_no_decay, lr_schedule
+from tostnp.train.optim import AdamW, clip_grad_norm, default_no_decay, lr_schedule
 
 NAMES = ["blocks.0.tssa.W_u", "blocks.0.tssa.temp", "blocks.0.ln1.gamma", "blocks.0.mlp.b1",
          "head.W", "blocks.0.tssa.denom_bias"]

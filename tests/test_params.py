@@ -1,4 +1,4 @@
-"""tostnp.params: one checker for every layer's parameter dict (missing, unknown, misshaped,
+"""tostnp.nn.params: one checker for every layer's parameter dict (missing, unknown, misshaped,
 wrong dtype: one line naming the key), and the dotted-key helpers."""
 import numpy as np
 import pytest
@@ -8,7 +8,7 @@ from tostnp.nn import attention as A
 from tostnp.nn import class_attention as CA
 from tostnp.nn.tssa import tssa_forward
 from tostnp.nn.block import tost_block_forward
-from tostnp.params import check_params, sub, prefixed, num_params
+from tostnp.nn.params import check_params, sub, prefixed, num_params
 
 SPEC = {"W": ((3, "H"), True), "b": (("H",), False)}
 

@@ -17,7 +17,7 @@ import zipfile
 import numpy as np
 import pytest
 
-from tostnp.checkpoint import load_checkpoint, save_checkpoint
+from tostnp.io.checkpoint import load_checkpoint, save_checkpoint
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -81,7 +81,7 @@ def test_temporaries_of_a_killed_save_are_cleaned(tmp_path):
 
 _CHILD = r"""
 import sys, numpy as np
-from tostnp.checkpoint import save_checkpoint
+from tostnp.io.checkpoint import save_checkpoint
 prefix, step = sys.argv[1], int(sys.argv[2])
 print("ready", flush=True)
 while True:

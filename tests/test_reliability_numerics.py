@@ -10,8 +10,8 @@ import numpy as np
 import pytest
 from hypothesis import given, settings, HealthCheck, strategies as st
 
-from tostnp.objective import coding_rate, compression, rate_reduction
-from tostnp.variational import membership, variational_compression, variational_compression_grad
+from tostnp.math.objective import coding_rate, compression, rate_reduction
+from tostnp.math.variational import membership, variational_compression, variational_compression_grad
 from tostnp.nn.block import tost_block_forward, tost_block_init
 from tostnp.nn.tssa import tssa_forward, tssa_init
 from tostnp.backend import RNG

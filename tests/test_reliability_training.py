@@ -10,11 +10,11 @@ import time
 import numpy as np
 import pytest
 
-from tostnp.checkpoint import load_checkpoint
+from tostnp.io.checkpoint import load_checkpoint
 from tostnp.data import load_digits_split
 from tostnp.models import get_vision_config
-from tostnp.tasks import VisionTask
-from tostnp.train import TrainConfig, train, read_metrics
+from tostnp.train.tasks import VisionTask
+from tostnp.train.loop import TrainConfig, train, read_metrics
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 TINY = ["--width", "8", "--depth", "1", "--heads", "2", "--no-progress"]

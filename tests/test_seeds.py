@@ -1,11 +1,11 @@
-"""tostnp.seeds: seed parsing and the mean ± sd summary against Python's statistics module."""
+"""tostnp.train.seeds: seed parsing and the mean ± sd summary against Python's statistics module."""
 from __future__ import annotations
 
 import statistics
 
 import pytest
 
-from tostnp.seeds import parse_seeds, run_over_seeds, summarise
+from tostnp.train.seeds import parse_seeds, run_over_seeds, summarise
 
 
 @pytest.mark.parametrize("text, expected", [

@@ -22,7 +22,7 @@ from tostnp import backend
 from tostnp.nn import layers as L
 from tostnp.nn.conv import conv3x3s2_forward, conv3x3s2_backward
 from tostnp.nn.batchnorm import batch_norm2d_forward, batch_norm2d_backward
-from tostnp.params import is_state
+from tostnp.nn.params import is_state
 from tostnp.nn.position import fourier_features
 from tostnp.nn.stem import conv_stem_init, conv_stem_forward, conv_stem_backward, stem_channels
 from references import rel_err
@@ -313,7 +313,7 @@ def test_strict_device_stem_and_gelu():
 
 def test_state_is_never_optimised_or_decayed():
     """AdamW skips the BatchNorm state: no moments, no weight decay, values untouched."""
-    from tostnp.optim import AdamW
+    from tostnp.train.optim import AdamW
     xp = backend.get_xp("cpu")
     params = {k: np.asarray(v) for k, v in
               conv_stem_init(backend.RNG(2), xp, 1, 4, 2, xp.float64).items()}

@@ -6,12 +6,12 @@ import numpy as np
 import pytest
 
 from tostnp import backend
-from tostnp.checkpoint import load_checkpoint
+from tostnp.io.checkpoint import load_checkpoint
 from tostnp.data import load_digits_split, CharTokenizer
 from tostnp.models import get_vision_config, get_lm_config
 from tostnp.data import random_shift
-from tostnp.tasks import VisionTask, LMTask
-from tostnp.train import TrainConfig, train, read_metrics
+from tostnp.train.tasks import VisionTask, LMTask
+from tostnp.train.loop import TrainConfig, train, read_metrics
 
 _TEXT = ("the quick brown fox jumps over the lazy dog. " * 20)
 

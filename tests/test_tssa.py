@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 import array_api_compat.numpy as xp_np
-from tostnp import variational as core   # R^var_c, its closed-form gradient, tssa_step
+from tostnp.math import variational as core   # R^var_c, its closed-form gradient, tssa_step
 from tostnp.backend import RNG
 from tostnp.nn.tssa import tssa_forward, tssa_backward, tssa_init
 from references import rel_err, ref_tssa, check_on_strict_device
@@ -141,7 +141,7 @@ def test_layer_is_minus_n_times_gradient_of_rvar():
     for b in range(B):
         g_auto = autograd.grad(rvar_rows)(w[b], Pi[b], h)
         assert rel_err(out[b], -N * g_auto) < tol
-        # the core package's closed form and value (tostnp.variational)
+        # the core package's closed form and value (tostnp.math.variational)
         g_core = core.variational_compression_grad(w[b], Pi[b], U, eps)
         assert rel_err(out[b], -N * np.asarray(g_core)) < tol
         R_core = float(core.variational_compression(w[b], Pi[b], U, eps))

@@ -5,7 +5,7 @@ from pathlib import Path
 
 import pytest
 
-import tostnp.variational
+import tostnp.math.variational
 from tostnp.__main__ import main
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -30,8 +30,8 @@ def test_verify_command_line_exit_status():
 
 def test_verify_fails_on_broken_gradient(monkeypatch, capsys):
     # A gradient off by a factor 2 must be caught: the report can fail.
-    real = tostnp.variational.variational_compression_grad
-    monkeypatch.setattr(tostnp.variational, "variational_compression_grad",
+    real = tostnp.math.variational.variational_compression_grad
+    monkeypatch.setattr(tostnp.math.variational, "variational_compression_grad",
                         lambda *a, **k: 2.0 * real(*a, **k))
     assert main(["verify", "--draws", "2"]) == 1
     out = capsys.readouterr().out

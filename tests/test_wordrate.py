@@ -1,7 +1,7 @@
 """The word rate of generated text, on hand-made examples counted by hand."""
 import pytest
 
-from tostnp.wordrate import vocabulary, word_rate, words
+from tostnp.analysis.wordrate import vocabulary, word_rate, words
 
 
 TRAIN = "The module imports the function __init__; Python's docs say: 3 tokens, caf\u00e9 open."

@@ -12,8 +12,8 @@ Tokens are rows: arrays of shape (..., n, d). The core objective (book/02_coding
 
 Layers with hand-derived backward passes live in :mod:`tostnp.nn`.
 """
-from .objective import coding_rate, compression, rate_reduction
-from .variational import (variational_compression, variational_compression_grad, tssa_step,
+from .math.objective import coding_rate, compression, rate_reduction
+from .math.variational import (variational_compression, variational_compression_grad, tssa_step,
                           membership)
 
 __version__ = "0.1.0"

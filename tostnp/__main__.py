@@ -11,16 +11,16 @@ import sys
 
 # command -> (module, one-line help)
 COMMANDS = {
-    "verify": ("tostnp.commands.verify", "check every identity of the derivation numerically (float64)"),
-    "train": ("tostnp.commands.train", "train a ToST vision model or language model"),
-    "evaluate": ("tostnp.commands.evaluate", "evaluate a saved checkpoint"),
-    "sample": ("tostnp.commands.sample", "generate text from a language-model checkpoint"),
-    "figures": ("tostnp.commands.figures", "interpretability figures from a vision checkpoint"),
-    "convert": ("tostnp.commands.convert",
+    "verify": ("tostnp.cli.verify_command", "check every identity of the derivation numerically (float64)"),
+    "train": ("tostnp.cli.train_command", "train a ToST vision model or language model"),
+    "evaluate": ("tostnp.cli.evaluate_command", "evaluate a saved checkpoint"),
+    "sample": ("tostnp.cli.sample_command", "generate text from a language-model checkpoint"),
+    "figures": ("tostnp.cli.figures_command", "interpretability figures from a vision checkpoint"),
+    "convert": ("tostnp.cli.convert_command",
                 "exchange weights with the published PyTorch ToST (.safetensors)"),
-    "bench": ("tostnp.commands.bench", "benchmark TSSA against softmax and linear attention"),
-    "exercises": ("tostnp.commands.exercises", "exercise notebooks: start, check, build, grade"),
-    "experiment": ("tostnp.commands.experiment",
+    "bench": ("tostnp.cli.bench_command", "benchmark TSSA against softmax and linear attention"),
+    "exercises": ("tostnp.cli.exercises_command", "exercise notebooks: start, check, build, grade"),
+    "experiment": ("tostnp.cli.experiment_command",
                    "run an experiment that answers the reviewers (mixers compared, over seeds)"),
 }
 
@@ -52,7 +52,7 @@ def main(argv=None) -> int:
     bad input, files and checkpoints exit 2; a diverged training run exits 1; SIGINT/SIGTERM
     during training save a checkpoint and exit 130/143."""
     args = build_parser().parse_args(argv)
-    from .train import TrainingInterrupted, TrainingDiverged
+    from .train.loop import TrainingInterrupted, TrainingDiverged
     try:
         return int(args._run(args) or 0)
     except TrainingInterrupted as e:

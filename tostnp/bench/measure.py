@@ -163,8 +163,8 @@ def _train_bench(dev, s, rng, tick):
     """Training steps per second of the default models on synthetic data."""
     from ..models import (get_vision_config, get_lm_config, vision_init, lm_init,
                          vision_loss_and_grads, lm_loss_and_grads, num_params)
-    from ..optim import AdamW
-    from ..train import TrainConfig
+    from ..train.optim import AdamW
+    from ..train.loop import TrainConfig
     xp, dtype = dev.xp, getattr(dev.xp, s["dtype"])
     tcfg = TrainConfig()
     batch = 8 if s["quick"] else tcfg.batch_size
@@ -214,7 +214,7 @@ def _train_bench(dev, s, rng, tick):
 
 
 def run_benchmark(s: dict, progress: bool = True) -> dict:
-    """Run every section for settings ``s`` (built by tostnp/commands/bench.py) -> the result.
+    """Run every section for settings ``s`` (built by tostnp/cli/bench_command.py) -> the result.
 
     Timings are interleaved: every measurement (each size, layer, pass, reference and decoder
     context) is run once per round, ``repeats`` rounds after ``warmup`` rounds, and the median

@@ -1,13 +1,13 @@
 """Reporting for ``python -m tostnp bench``: the targets (ratios measured in one run), a
 plain-text table and log-log plots, from the result dict of
-:func:`tostnp.bench.measure.run_benchmark`. Plots are written atomically by :mod:`tostnp.io`."""
+:func:`tostnp.bench.measure.run_benchmark`. Plots are written atomically by :mod:`tostnp.io.atomic`."""
 from __future__ import annotations
 
 import os
 
 import numpy as np
 
-from ..io import atomic_savefig
+from ..io.atomic import atomic_savefig
 from .measure import LAYERS, LABELS
 
 __all__ = ["evaluate_targets", "format_report", "write_plots"]

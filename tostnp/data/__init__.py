@@ -21,11 +21,11 @@ standard library in ``pydoc_data.topics``, about 465k characters), :class:`CharT
 :func:`train_val_split`, :func:`load_lm_text` (all three at once), :func:`sample_lm_batch` and
 the :func:`unigram_bits_per_char` baseline.
 
-Images are in :mod:`tostnp.data.vision`, text in :mod:`tostnp.data.text`; both are imported here.
+Images are in :mod:`tostnp.data.images`, text in :mod:`tostnp.data.text`; both are imported here.
 """
 from __future__ import annotations
 
-from .vision import (load_digits_split, stratified_split, split_validation, load_mnist,
+from .images import (load_digits_split, stratified_split, split_validation, load_mnist,
                      load_cifar10, read_idx, load_vision_data, iterate_minibatches, random_shift)
 from .text import (load_text, CharTokenizer, tokenizer_from_dict, train_val_split, load_lm_text,
                    sample_lm_batch, unigram_bits_per_char)

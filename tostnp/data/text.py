@@ -99,9 +99,9 @@ class CharTokenizer:
 
 
 def tokenizer_from_dict(d: dict):
-    """A tokenizer from its ``to_dict()``: :class:`CharTokenizer` or :class:`tostnp.bpe.BPETokenizer`."""
+    """A tokenizer from its ``to_dict()``: :class:`CharTokenizer` or :class:`tostnp.data.bpe.BPETokenizer`."""
     if isinstance(d, dict) and d.get("type") == "bpe":
-        from ..bpe import BPETokenizer
+        from .bpe import BPETokenizer
         return BPETokenizer.from_dict(d)
     return CharTokenizer.from_dict(d)
 
@@ -130,7 +130,7 @@ def load_lm_text(path: str | None = None, val_fraction: float = 0.1, tokenizer=N
 
     The last ``val_fraction`` of the characters validate, the rest train. ``tokenizer`` (e.g.
     from a checkpoint) encodes both; otherwise a new one of ``kind`` "char" (every character
-    a token) or "bpe" (:class:`tostnp.bpe.BPETokenizer` with ``vocab_size`` symbols, its merges
+    a token) or "bpe" (:class:`tostnp.data.bpe.BPETokenizer` with ``vocab_size`` symbols, its merges
     learnt on the training characters only).
     """
     text = load_text(path)
@@ -141,7 +141,7 @@ def load_lm_text(path: str | None = None, val_fraction: float = 0.1, tokenizer=N
     elif kind == "char":
         tok = CharTokenizer(text)
     elif kind == "bpe":
-        from ..bpe import BPETokenizer
+        from .bpe import BPETokenizer
         tok = BPETokenizer.train(train_text, vocab_size, alphabet=val_text)
     else:
         raise ValueError(f"tokenizer must be 'char' or 'bpe', got {kind!r}")

@@ -60,7 +60,7 @@ def _exercise_files() -> set[str]:
 @contextmanager
 def forbid(*modules: str):
     """Run the body with a profiler that notes any call into the given modules (by name prefix,
-    e.g. ``"tostnp.objective"``, ``"autograd"``); raises :class:`Delegated` afterwards if one
+    e.g. ``"tostnp.math.objective"``, ``"autograd"``); raises :class:`Delegated` afterwards if one
     happened. Every alias of a function shares its code object, so ``from tostnp import
     coding_rate as my_rate`` is caught as well as ``tostnp.coding_rate``."""
     if not modules:

@@ -7,7 +7,7 @@ from . import _reference as ref
 from ._core import Fail, call_student, case, compare, hidden_enabled, run_cases
 
 # the code these exercises replace: calling it is not solving the exercise
-_FORBID = ("tostnp.objective", "tostnp.variational")
+_FORBID = ("tostnp.math.objective", "tostnp.math.variational")
 
 
 def _scale_diagnoses(Z, eps, n, d, R):

@@ -12,7 +12,7 @@ from ..backend import to_host
 from . import _reference as ref
 from ._core import Fail, call_student, case, compare, hidden_enabled, run_cases
 
-_FORBID = ("tostnp.objective", "tostnp.nn")
+_FORBID = ("tostnp.math.objective", "tostnp.nn")
 
 
 def _strict():

@@ -6,7 +6,7 @@ import numpy as np
 
 from ._core import Fail, call_student, case, compare, hidden_enabled, run_cases
 
-_FORBID = ("tostnp.nn.layers", "tostnp.optim")
+_FORBID = ("tostnp.nn.layers", "tostnp.train.optim")
 TARGET_ACCURACY = 0.85
 
 

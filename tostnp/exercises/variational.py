@@ -8,7 +8,7 @@ import numpy as np
 from . import _reference as ref
 from ._core import Fail, call_student, case, compare, hidden_enabled, run_cases
 
-_FORBID = ("tostnp.objective", "tostnp.variational")
+_FORBID = ("tostnp.math.objective", "tostnp.math.variational")
 
 
 def _orthonormal(rng, K, d, p):

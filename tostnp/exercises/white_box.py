@@ -6,7 +6,7 @@ import numpy as np
 
 from ._core import Fail, call_student, case, compare, hidden_enabled, run_cases
 
-_FORBID = ("tostnp.nn", "tostnp.variational")
+_FORBID = ("tostnp.nn", "tostnp.math.variational")
 
 
 def _bases(rng, d, K, p):

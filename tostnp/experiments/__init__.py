@@ -33,7 +33,7 @@ def run_experiment(name: str, out_dir: str, *, quick: bool = False, seeds="0-2",
                    command: str = "") -> dict:
     """Run experiment ``name`` -> the result dict (also in ``out_dir/NAME.json``, plot in
     ``out_dir/NAME.png``)."""
-    from ..seeds import parse_seeds
+    from ..train.seeds import parse_seeds
     from .common import Recorder
     mod = get_experiment(name)
     seeds = parse_seeds(seeds)

@@ -1,7 +1,7 @@
 """What every experiment shares: a seeded training run with its time, the result file, plots.
 
 A result file ``NAME.json`` holds the settings, one entry per condition (a mixer, a length, ...)
-with the per-seed runs and their mean and sample standard deviation (:mod:`tostnp.seeds`),
+with the per-seed runs and their mean and sample standard deviation (:mod:`tostnp.train.seeds`),
 the seeds, the command that produced it, the machine and the load. It is rewritten atomically
 after every condition (``"complete": false`` until the last one), so a killed experiment
 leaves a loadable file with everything finished so far.
@@ -17,9 +17,9 @@ import time
 
 import numpy as np
 
-from ..seeds import run_over_seeds
-from ..io import atomic_savefig, atomic_write_text
-from ..train import TrainConfig, train
+from ..train.seeds import run_over_seeds
+from ..io.atomic import atomic_savefig, atomic_write_text
+from ..train.loop import TrainConfig, train
 
 __all__ = ["train_run", "peak_step_bytes", "Recorder", "fmt", "savefig"]
 

@@ -1,6 +1,6 @@
 """long-range: ListOps-style nested operators over digits, length 512, one setting for all.
 
-Task (:func:`tostnp.synthetic.listops_task`): expressions of 256..512 tokens such as
+Task (:func:`tostnp.data.synthetic.listops_task`): expressions of 256..512 tokens such as
 ``[MAX 4 3 [MIN 2 3 ] 1 0 [MED 1 5 8 9 2 ] ]``, padded to 512; the label is the value (10
 classes). The sequence classifier (:mod:`tostnp.models.seqcls`, tokens one-hot) is trained with
 ONE hyper-parameter set, fixed before any run and shared by every mixer (the reviewers objected
@@ -28,7 +28,7 @@ QUICK = dict(FULL, mixers=["tssa", "linear"], max_len=32, n_train=48, n_test=32,
 
 @lru_cache(maxsize=4)
 def _data(max_len, seed, n_train, n_test):
-    from ..synthetic import listops_task
+    from ..data.synthetic import listops_task
     X, y, _ = listops_task(n_train, max_len, seed=30_000 + seed)
     Xt, yt, _ = listops_task(n_test, max_len, seed=40_000 + seed)
     return X, y, Xt, yt
@@ -36,9 +36,9 @@ def _data(max_len, seed, n_train, n_test):
 
 def run(rec, s, seeds):
     from ..models.configs import SeqConfig
-    from ..tasks import SeqTask
-    from ..synthetic import LISTOPS_VOCAB
-    from ..train import TrainConfig
+    from ..train.tasks import SeqTask
+    from ..data.synthetic import LISTOPS_VOCAB
+    from ..train.loop import TrainConfig
     majority = []
     for seed in seeds:
         yt = _data(s["max_len"], seed, s["n_train"], s["n_test"])[3]

@@ -62,8 +62,8 @@ def matched_width(s, mixer) -> int:
 
 
 def _train(s, mixer, width, steps, seed):
-    from ..tasks import LMTask
-    from ..train import TrainConfig
+    from ..train.tasks import LMTask
+    from ..train.loop import TrainConfig
     train_ids, val_ids, tok = _text()
     cfg = _cfg(s, mixer, width)
     task = LMTask(cfg, train_ids, val_ids, tok, batch_size=s["batch_size"], seed=seed,

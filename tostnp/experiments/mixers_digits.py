@@ -25,8 +25,8 @@ QUICK = dict(FULL, mixers=["tssa", "flash"], epochs=1, max_steps=3,
 def run(rec, s, seeds):
     from ..data import load_digits_split
     from ..models import get_vision_config, num_params
-    from ..tasks import VisionTask
-    from ..train import TrainConfig
+    from ..train.tasks import VisionTask
+    from ..train.loop import TrainConfig
     data = load_digits_split()
     for mixer in s["mixers"]:
         cfg = get_vision_config(s["config"], mixer=mixer, **s["overrides"])

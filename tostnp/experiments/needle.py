@@ -2,7 +2,7 @@
 
 The reviewers' worry: TSSA compresses tokens towards the dominant directions of each head, so a
 rare token whose information lives in a direction nobody else uses might be suppressed, where
-pairwise attention would simply look at it. Task (:func:`tostnp.synthetic.needle_task`): every
+pairwise attention would simply look at it. Task (:func:`tostnp.data.synthetic.needle_task`): every
 token is one of 8 "word" vectors except one, the needle, ``norm * e_14`` (label 0) or
 ``norm * e_15`` (label 1) at a random position; the label is read from a CLS token that only
 learns about the needle through the token mixer (:mod:`tostnp.models.seqcls`).
@@ -31,7 +31,7 @@ QUICK = dict(FULL, mixers=["tssa", "softmax"], lengths=[16], norms=[4.0], base_l
 
 @lru_cache(maxsize=8)
 def _data(length, norm, seed, n_train, n_test):
-    from ..synthetic import needle_task
+    from ..data.synthetic import needle_task
     X, y, _ = needle_task(n_train, length, norm, seed=10_000 + seed)
     Xt, yt, _ = needle_task(n_test, length, norm, seed=20_000 + seed)
     return X, y, Xt, yt
@@ -44,9 +44,9 @@ def conditions(s):
 
 def run(rec, s, seeds):
     from ..models.configs import SeqConfig
-    from ..tasks import SeqTask
-    from ..synthetic import NEEDLE_DIM
-    from ..train import TrainConfig
+    from ..train.tasks import SeqTask
+    from ..data.synthetic import NEEDLE_DIM
+    from ..train.loop import TrainConfig
     for length, norm in conditions(s):
         for mixer in s["mixers"]:
             cfg = SeqConfig(in_dim=NEEDLE_DIM, max_len=length, num_classes=2, mixer=mixer,

@@ -61,8 +61,8 @@ def _statistics(params, cfg, X):
 def run(rec, s, seeds):
     from ..data import load_digits_split
     from ..models import get_vision_config
-    from ..tasks import VisionTask
-    from ..train import TrainConfig
+    from ..train.tasks import VisionTask
+    from ..train.loop import TrainConfig
     data = load_digits_split()
     X_test, y_test = data[2], data[3]
     pick = [int(np.flatnonzero(y_test == c)[0]) for c in range(s["map_images"])]

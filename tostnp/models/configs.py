@@ -270,7 +270,7 @@ class VisionTrainPreset:
 @dataclass(frozen=True)
 class LMTrainPreset:
     """Training settings for the language model, in optimizer steps; tokenizer "char" or "bpe"
-    (with vocab_size symbols, see tostnp/bpe.py).
+    (with vocab_size symbols, see tostnp/data/bpe.py).
 
     The default is BPE with 512 symbols (merges learnt on the training text; ~2.5 characters
     per token on the default corpus), chosen on the validation text: on the same model and

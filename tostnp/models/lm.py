@@ -28,10 +28,10 @@ import contextlib
 import math
 
 from .. import backend
-from .._validate import checked_once, trusted
+from ..backend.validate import checked_once, trusted
 from ..nn import layers as L
 from ..nn import block as Bk
-from ..params import sub, prefixed, num_params
+from ..nn.params import sub, prefixed, num_params
 from .configs import LMConfig
 
 __all__ = ["lm_init", "lm_forward", "lm_backward", "lm_loss_and_grads", "lm_generate"]
@@ -76,7 +76,7 @@ def lm_forward(ids, params: dict, cfg: LMConfig):
     """ids (B, T) integer -> (logits (B, T, V), cache).
 
     The parameters are checked by every layer on the first call with their names, shapes and
-    dtypes, and not again on later calls with the same ones (:func:`tostnp._validate.checked_once`);
+    dtypes, and not again on later calls with the same ones (:func:`tostnp.backend.validate.checked_once`);
     ``ids`` are checked on every call.
     """
     xp = _check_ids(ids, cfg)

@@ -6,7 +6,7 @@
 
 The class is read from the CLS token (position 0) after the blocks, so whatever the label
 depends on must reach that token through the token mixer: this is the model of the synthetic
-tasks (:mod:`tostnp.synthetic`), where the question is exactly what each mixer can route. Token
+tasks (:mod:`tostnp.data.synthetic`), where the question is exactly what each mixer can route. Token
 ids are given as one-hot features (then ``W_in`` is an embedding table).
 
 Parameters: "embed.W" (d, C), "embed.b" (C,), "cls_token" (1, 1, C), "pos_embed"
@@ -15,10 +15,10 @@ Parameters: "embed.W" (d, C), "embed.b" (C,), "cls_token" (1, 1, C), "pos_embed"
 from __future__ import annotations
 
 from .. import backend
-from .._validate import check_array
+from ..backend.validate import check_array
 from ..nn import layers as L
 from ..nn import block as Bk
-from ..params import sub, prefixed, num_params
+from ..nn.params import sub, prefixed, num_params
 from .configs import SeqConfig
 
 __all__ = ["seqcls_init", "seqcls_forward", "seqcls_backward", "seqcls_loss_and_grads"]

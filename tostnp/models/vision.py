@@ -42,14 +42,14 @@ import contextlib
 import math
 
 from .. import backend
-from .._validate import check_array, checked_once, trusted
+from ..backend.validate import check_array, checked_once, trusted
 from ..nn import layers as L
 from ..nn import block as Bk
 from ..nn.class_attention import (class_attention_block_init, class_attention_block_forward,
                                   class_attention_block_backward)
 from ..nn.stem import conv_stem_init, conv_stem_forward, conv_stem_backward
 from ..nn.position import fourier_features, FOURIER_DIM
-from ..params import sub, prefixed, num_params
+from ..nn.params import sub, prefixed, num_params
 from .configs import VisionConfig
 
 __all__ = ["vision_init", "vision_forward", "vision_backward", "vision_loss_and_grads",
@@ -116,7 +116,7 @@ def vision_forward(images, params: dict, cfg: VisionConfig, train: bool = False)
     ``train``: BatchNorm (conv stem only) normalises with the batch's statistics and
     ``cache["state"]`` holds the updated running statistics (keys as in ``params``); otherwise
     evaluation mode and ``cache["state"]`` is empty. cache["blocks"][i] is the i-th ToST block's
-    cache (the TSSA memberships live there; see :func:`tostnp.figures.memberships`),
+    cache (the TSSA memberships live there; see :func:`tostnp.analysis.figures.memberships`),
     cache["tokens_in"][i] its input (B, N + R, C): the N patch tokens, then the
     R = cfg.num_registers register tokens.
     """

@@ -14,8 +14,8 @@ from __future__ import annotations
 import math
 
 from .. import backend
-from .._validate import check_array
-from ..params import check_params
+from ..backend.validate import check_array
+from .params import check_params
 from .layers import linear_forward, linear_backward
 
 __all__ = [

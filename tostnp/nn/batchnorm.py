@@ -26,8 +26,8 @@ Backward of evaluation mode: dx = g / sqrt(running_var + eps).
 from __future__ import annotations
 
 from .. import backend
-from .._validate import check_array
-from ..params import STATE_LEAVES, is_state, check_param  # noqa: F401  (re-exported)
+from ..backend.validate import check_array
+from .params import STATE_LEAVES, is_state, check_param  # noqa: F401  (re-exported)
 
 __all__ = ["batch_norm2d_forward", "batch_norm2d_backward", "STATE_LEAVES", "is_state"]
 

@@ -21,8 +21,8 @@ LayerScale, MLP act on each token alone) and carries only the TSSA prefix statis
 """
 from __future__ import annotations
 
-from .._validate import check_array, check_positive
-from ..params import check_params, sub, prefixed
+from ..backend.validate import check_array, check_positive
+from .params import check_params, sub, prefixed
 from .layers import (LN_EPS, layer_norm_forward, layer_norm_backward, mlp_forward, mlp_backward,
                      layer_scale_forward, layer_scale_backward)
 from .mixers import mixer_prefix, mixer_spec, mixer_init, mixer_forward, mixer_backward

@@ -13,7 +13,7 @@ from __future__ import annotations
 import math
 
 from .. import backend
-from ..params import check_params, sub, prefixed
+from .params import check_params, sub, prefixed
 from . import layers as L
 from .layers import linear_forward, linear_backward
 from .attention import (_check_x_heads, _split, _merge, _rename, _softmax_core_forward,

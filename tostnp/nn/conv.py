@@ -10,7 +10,7 @@ matrix product once the 3x3 neighbourhoods are laid side by side ("im2col"):
 
 with xpad the input framed by one row/column of zeros, Ho = ceil(H/2), Wo = ceil(W/2).
 A cross-correlation (no kernel flip), as in PyTorch's Conv2d; its (Cout, Cin, kh, kw) weight is
-this one transposed by (3, 2, 0, 1) -- :mod:`tostnp.interchange` does that.
+this one transposed by (3, 2, 0, 1) -- :mod:`tostnp.io.interchange` does that.
 
 The backward is the same gather run in reverse: dW = cols^T dy, and d cols is scattered back
 onto the padded grid, each input pixel summing over the (up to 4) windows that contain it.
@@ -18,8 +18,8 @@ onto the padded grid, each input pixel summing over the (up to 4) windows that c
 from __future__ import annotations
 
 from .. import backend
-from .._validate import check_array
-from ..params import check_param
+from ..backend.validate import check_array
+from .params import check_param
 from .layers import rows_matmul
 
 __all__ = ["conv3x3s2_forward", "conv3x3s2_backward"]

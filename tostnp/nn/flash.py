@@ -35,7 +35,7 @@ import math
 
 from .. import backend
 from .attention import _check_x_heads, _qkv_spec, _split, _merge, _rename
-from ..params import check_params
+from .params import check_params
 from .layers import linear_forward, linear_backward
 
 __all__ = ["flash_attention_forward", "flash_attention_backward"]

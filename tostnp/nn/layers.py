@@ -17,8 +17,8 @@ from __future__ import annotations
 import math
 
 from .. import backend
-from .._validate import check_array, check_positive
-from ..params import check_param, check_params
+from ..backend.validate import check_array, check_positive
+from .params import check_param, check_params
 
 # The one default LayerNorm eps of tostnp.nn (PyTorch's); the model configs set their own
 # (VisionConfig.ln_eps = 1e-6 as in XCiT/ToST vision, LMConfig.ln_eps = 1e-5).
@@ -38,12 +38,12 @@ __all__ = [
 
 
 # ---------------------------------------------------------------------------------------------
-# helpers (parameters are checked by tostnp.params.check_param / check_params)
+# helpers (parameters are checked by tostnp.nn.params.check_param / check_params)
 # ---------------------------------------------------------------------------------------------
 def sum_leading(xp, a):
     """Sum over every axis but the last: (..., C) -> (C,) (bias and scale gradients)."""
     fast = backend.fused(xp)
-    if fast is not None:                         # NumPy: as ones @ a (tostnp.fused.sum_rows)
+    if fast is not None:                         # NumPy: as ones @ a (tostnp.backend.kernels.sum_rows)
         return fast.sum_rows(a)
     return xp.sum(xp.reshape(a, (-1, a.shape[-1])), axis=0)
 
@@ -119,7 +119,7 @@ def layer_norm_forward(x, gamma, beta, eps=LN_EPS):
     eps = check_positive(eps, "eps")
     xp = backend.namespace(x)
     fast = backend.fused(xp)
-    if fast is not None:                         # NumPy: same y, fewer passes (tostnp.fused)
+    if fast is not None:                         # NumPy: same y, fewer passes (tostnp.backend.kernels)
         y, xhat, rstd = fast.layer_norm_forward(x, gamma, beta, eps)
         return y, (xhat, rstd, gamma, beta is not None, fast)
     mu = xp.mean(x, axis=-1, keepdims=True)                        # (..., 1)
@@ -164,7 +164,7 @@ def gelu_forward(x):
     """y = 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))).  x: (...) -> y: (...)."""
     xp = check_array(x, "x", shape_desc="(...)")
     fast = backend.fused(xp)
-    if fast is not None:                         # NumPy: same y, fewer passes (tostnp.fused)
+    if fast is not None:                         # NumPy: same y, fewer passes (tostnp.backend.kernels)
         y, s = fast.gelu_tanh_forward(x)
         return y, (x, s, fast)
     t = xp.tanh(_GELU_A * (x + _GELU_B * (x * x * x)))             # (...)

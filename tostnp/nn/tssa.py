@@ -52,7 +52,7 @@ Backward (by hand; ``g_v`` denotes dLoss/dv; the staged, one-adjoint-per-line fo
 from __future__ import annotations
 
 from ..backend import namespace, device_of
-from .._validate import check_array, check_same_dtype
+from ..backend.validate import check_array, check_same_dtype
 from .layers import sum_leading
 from .tssa_heads import (check_tssa_params, check_width, head_indicator, head_token_sums,
                          per_coord, split_heads, merge_heads, project_in, project_in_backward,

@@ -24,7 +24,7 @@ g_denom_bias[k, t] = p * sum_b g_q[b, t, k] (the bias sits inside the p-term sum
 from __future__ import annotations
 
 from ..backend import namespace, device_of
-from .._validate import check_array
+from ..backend.validate import check_array
 from .layers import sum_leading
 from .tssa_heads import (check_tssa_params, check_width, head_indicator, head_sums, per_coord,
                          split_heads, merge_heads, project_in, project_in_backward,

@@ -9,7 +9,7 @@ matmuls with the (C, h) head indicator E (E_ck = 1 if c is in head k).
 from __future__ import annotations
 
 from ..backend import device_of
-from ..params import check_params
+from .params import check_params
 from .layers import sum_leading
 
 __all__ = ["check_tssa_params", "check_width", "head_indicator", "head_reduce", "head_sums",
