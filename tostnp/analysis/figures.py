@@ -22,8 +22,10 @@
                       objective after the layer's TSSA residual update (re-normalised by the
                       same LN1, so the two are on the same scale).
    The output value below the input value means the layer's TSSA step lowered the objective it
-   was derived from; the curve against depth shows whether the representation compresses
-   layer after layer (the paper reports that it falls with depth).
+   was derived from. Compare the two values WITHIN a layer only: each layer measures R^var_c
+   with its own U_l and Pi_l, so values at different layers are not comparable (book:
+   08_tost_block.md), and the lines joining the layers guide the eye, not a trend. (The paper
+   reports a fall with depth for its ImageNet models; this figure cannot show that.)
 
 3. ``curves.png`` -- training and evaluation loss (and accuracy) against step
    (:func:`plot_metrics`, written by the training loop).
@@ -165,7 +167,9 @@ def plot_compression(curves: dict, path: str, title: str = "") -> str:
     ax.set_xlabel("layer"); ax.set_ylabel("R^var_c (nats, mean over images)")
     ax.set_xticks(np.arange(1, len(r_in) + 1))
     ax.grid(alpha=0.3); ax.legend(fontsize=7)
-    ax.set_title(title or "variational compression at each layer", fontsize=10)
+    ax.set_title(title or "R^var_c before/after each layer's TSSA update\n"
+                 "(each layer in its own coordinates: compare within a layer, not across)",
+                 fontsize=9)
     fig.tight_layout()
     atomic_savefig(fig, path, dpi=110)
     plt.close(fig)

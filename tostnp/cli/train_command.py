@@ -69,7 +69,8 @@ def add_arguments(parser) -> None:
                        description="Train a causal ToST language model on a text file (default: "
                                    "the Python documentation bundled with Python).")
     m.add_argument("--config", default="tiny-char", choices=sorted(C.LM_CONFIGS),
-                   help="model preset [tiny-char]")
+                   help="model size preset [tiny-char] (the name is historical: the tokenizer is "
+                        "chosen by --tokenizer, bpe by default)")
     m.add_argument("--text", default=None, help="UTF-8 text file [Python's bundled docs]")
     m.add_argument("--block-size", type=POSITIVE_INT, default=None, help="context length T (tokens)")
     m.add_argument("--tokenizer", choices=["char", "bpe"], default=None,

@@ -274,11 +274,11 @@ class LMTrainPreset:
 
     The default is BPE with 512 symbols (merges learnt on the training text; ~2.5 characters
     per token on the default corpus), chosen on the validation text: on the same model and
-    budget it reaches a lower validation bits/char than one token per character (2.22 bits/char
-    after 400 of 2,000 planned steps against 2.50 after 3,000 character steps), because each
-    64-token context spans ~160 characters and whole words are single symbols. The model
-    preset keeps its name "tiny-char" (it describes the model's size; ``--tokenizer char``
-    trains it on characters).
+    budget it reaches a lower validation bits/char and a far higher word rate than one token
+    per character (docs/results/lm.json against docs/results/lm-char.json, three seeds each;
+    book/10_causal_language.md reads both), because each 64-token context spans ~160
+    characters and whole words are single symbols. The model preset keeps its name
+    "tiny-char" (it describes the model's size; ``--tokenizer char`` trains it on characters).
     """
     steps: int = 1000
     batch_size: int = 32

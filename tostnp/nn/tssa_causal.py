@@ -11,6 +11,10 @@ axis (book: eq-causal-pi, eq-causal-out); the readable form is
     S2_tc = sum_{s<=t} Pi_sk w_sc^2,   S3_tk = sum_{s<=t} Pi_sk                        eq-causal-out
     m_tc  = S2_tc / (S3_tk + 1e-8),   r_tc = 1 / (1 + m_tc),   out_tc = -w_tc Pi_tk r_tc
 
+Row t is -(t+1) times the gradient, with respect to token t alone and Pi held fixed, of the
+variational compression term of the prefix w_0..w_t (book: eq-causal-obj, eq-causal-grad); the
+decoder carries the three sums from one prefix to the next (eq-causal-recur).
+
 Memory and time are O(T p) per head: no T x T array exists, forward or backward. The code
 computes r = n / (n + S2) with n = S3 + 1e-8 (the same 1/(1+m)) and v = a r = -out, and
 multiplies by -W_o.
