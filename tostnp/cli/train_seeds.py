@@ -11,6 +11,7 @@ import json
 import os
 import sys
 
+from ..io.runlock import run_lock
 from ..train.seeds import run_over_seeds
 
 __all__ = ["train_over_seeds"]
@@ -46,8 +47,9 @@ def train_over_seeds(args, xp, seeds, kind) -> int:
         return res
 
     try:
-        summary = run_over_seeds(one, seeds, desc=f"train {kind} over seeds",
-                                 progress=None if not args.no_progress else False)
+        with run_lock(root, f"train {kind} --seeds"):
+            summary = run_over_seeds(one, seeds, desc=f"train {kind} over seeds",
+                                     progress=None if not args.no_progress else False)
     except _SeedFailed as e:
         print(f"error: the run with seed {failed[-1]} failed; finished runs are in {root}",
               file=sys.stderr)

@@ -1,0 +1,68 @@
+"""What a model config will cost, computed from its sizes before anything is built.
+
+* :func:`param_lower_bound` -- the parameters ``cfg`` declares, counting its matrices and
+  tables (blocks, embeddings, position table, registers, head); the small vectors (norms,
+  biases) are left out, so it never exceeds the true count. A checkpoint whose config declares
+  more than its file holds is refused from this number, before the model is built.
+* :func:`estimate_bytes` -- parameters plus the activations of one batch (forward only for
+  evaluation and sampling; forward caches, gradients and AdamW's two moments for training).
+  An estimate within a small factor, for refusing sizes that cannot fit, not for planning.
+* :func:`check_model_fits` -- :func:`tostnp.io.limits.check_memory` of that estimate.
+"""
+from __future__ import annotations
+
+from ..io.limits import check_memory
+
+__all__ = ["param_lower_bound", "estimate_bytes", "check_model_fits"]
+
+
+def _tokens(kind, cfg) -> int:
+    if kind == "vision":
+        return cfg.num_patches + cfg.num_registers + (1 if cfg.pool == "cls" else 0)
+    return cfg.block_size
+
+
+def param_lower_bound(kind: str, cfg) -> int:
+    """A lower bound on the parameter count of the model ``cfg`` describes (see above)."""
+    C = cfg.width
+    n = cfg.depth * C * C * (2 + 2 * cfg.mlp_ratio)           # W_u, W_o, mlp.W1, mlp.W2
+    if kind == "vision":
+        n += C * cfg.num_classes                               # head
+        n += cfg.num_registers * C
+        if cfg.pos == "learned":
+            n += cfg.num_patches * C                           # position table
+        if cfg.stem == "linear":
+            n += cfg.patch_size ** 2 * cfg.in_chans * C
+        if cfg.pool == "cls":
+            n += cfg.num_cls_blocks * C * C * (4 + 2 * cfg.mlp_ratio)
+        return n
+    n += cfg.vocab_size * C + cfg.block_size * C               # token and position tables
+    if cfg.mixer == "tssa":
+        n += cfg.depth * cfg.num_heads * cfg.block_size        # causal denom_bias
+    return n
+
+
+def estimate_bytes(kind: str, cfg, batch: int, *, training: bool, itemsize: int = 4) -> int:
+    """Parameters and one batch's activations in bytes (see the module docstring)."""
+    P = param_lower_bound(kind, cfg)
+    L = _tokens(kind, cfg)
+    C, H = cfg.width, cfg.width * cfg.mlp_ratio
+    per_token = 12 * C + 3 * H                         # one block's arrays per token
+    if cfg.mixer in ("softmax",):
+        per_token += 2 * cfg.num_heads * L             # the (L, L) attention maps
+    blocks = cfg.depth if training else 2              # caches kept for the backward pass
+    act = batch * L * per_token * blocks
+    if kind == "lm":
+        act += 3 * batch * L * cfg.vocab_size          # logits, softmax, their gradient
+    else:
+        act += 2 * batch * cfg.image_size ** 2 * cfg.in_chans * (4 if cfg.stem == "conv" else 1)
+    return itemsize * (P * (4 if training else 1) + act)
+
+
+def check_model_fits(kind: str, cfg, batch: int, *, training: bool, what: str,
+                     itemsize: int = 4) -> None:
+    """ValueError naming ``what`` when the estimate exceeds the memory available."""
+    need = estimate_bytes(kind, cfg, batch, training=training, itemsize=itemsize)
+    check_memory(need, f"{what} ({'training' if training else 'running'} a {kind} model of "
+                       f"at least {param_lower_bound(kind, cfg):,} parameters on batches of "
+                       f"{batch})")
