@@ -161,8 +161,10 @@ def _import_locked(args) -> int:
             saved = loads_json(meta["tostnp"].encode("utf-8"),
                                f"{src}: field '__metadata__.tostnp'")
             saved_kind, saved_cfg = config_from_dict(saved)
-        except (ValueError, TypeError, KeyError):
+        except (ValueError, TypeError, KeyError) as e:
             saved = None                                # foreign or damaged metadata: ignore it
+            print(f"note: ignored the file's tostnp settings (__metadata__ 'tostnp': "
+                  f"{str(e)[:200]})", file=sys.stderr)
     base = like or saved
     if base is not None:
         base_kind, base_cfg = config_from_dict(base)

@@ -20,7 +20,7 @@ def add_arguments(parser) -> None:
                         help="run directory or checkpoint prefix (…/checkpoint)")
     add_device_argument(parser)
     parser.add_argument("--data-dir", default=None, help="vision: where MNIST/CIFAR-10 live")
-    parser.add_argument("--text", default=None, help="LM: the text file (default: as trained)")
+    parser.add_argument("--text", default=None, help="LM: the text file [as trained]")
     parser.add_argument("--batches", type=bounded(int, 1, 10_000), default=20,
                         help="LM: validation batches to average [20]")
     parser.add_argument("--word-rate-samples", type=bounded(int, 0, 100), default=3,

@@ -29,9 +29,12 @@ def run(args) -> int:
     if xp is None:
         return 2
     from ..analysis.figures import vision_figures
+    from ..io.atomic import clean_stale_temporaries
     from ..io.checkpoint import resolve_checkpoint
     prefix = resolve_checkpoint(args.checkpoint)
     out = os.path.dirname(os.path.abspath(prefix)) if args.out is None else args.out
+    if os.path.isdir(out):
+        clean_stale_temporaries(out)       # e.g. 0-byte figure temporaries of a killed run
     paths = vision_figures(prefix, out, xp=xp, num_images=args.num_images,
                            data_dir=args.data_dir)
     for p in paths:

@@ -27,7 +27,7 @@ def add_arguments(parser) -> None:
                         help="sample from the k most likely [all]")
     parser.add_argument("--seed", type=SEED, default=0, help="sampling seed [0]")
     parser.add_argument("--text", default=None,
-                        help="the training text file, for the word rate (default: as trained)")
+                        help="the training text file, for the word rate [as trained]")
     add_device_argument(parser)
     add_memory_argument(parser)
 

@@ -53,7 +53,7 @@ def add_arguments(parser) -> None:
     v.add_argument("--augment-shift", type=bounded(int, 0, 64), default=None,
                    help="random translation by up to this many pixels [preset]")
     v.add_argument("--pool", choices=["cls", "mean"], default=None,
-                   help="class-attention (cls) or mean pooling")
+                   help="class-attention (cls) or mean pooling [preset]")
     v.add_argument("--patch-size", type=_SIZE["patch_size"], default=None,
                    help="side of a square patch [preset]")
     v.add_argument("--layer-scale-init", type=_SCALE, default=None,

@@ -46,10 +46,14 @@ def train_over_seeds(args, xp, seeds, kind) -> int:
                    + f"; training {res['train_cpu_s']:.1f} s CPU, {res['train_wall_s']:.1f} s wall")
         return res
 
+    with run_lock(root, f"train {kind} --seeds"):      # seeds.json is written under it too
+        return _over_seeds(args, one, seeds, kind, root, failed)
+
+
+def _over_seeds(args, one, seeds, kind, root, failed) -> int:
     try:
-        with run_lock(root, f"train {kind} --seeds"):
-            summary = run_over_seeds(one, seeds, desc=f"train {kind} over seeds",
-                                     progress=None if not args.no_progress else False)
+        summary = run_over_seeds(one, seeds, desc=f"train {kind} over seeds",
+                                 progress=None if not args.no_progress else False)
     except _SeedFailed as e:
         print(f"error: the run with seed {failed[-1]} failed; finished runs are in {root}",
               file=sys.stderr)

@@ -21,13 +21,17 @@ Safety
   moved into place with one ``os.replace``). A process killed at any instant leaves either the
   previous checkpoint or the new one, never a mix; the ``.json`` copy is refreshed afterwards,
   and a stale copy (killed between the two renames) is recognised by its ``save_id`` and ignored.
-  Temporary files left by a killed save are removed by the next save (:func:`clean_temporaries`).
+  Temporary files left by a killed save are removed by the next save (:func:`clean_temporaries`;
+  only those of writers that no longer run).
 * **Validated before anything is allocated.** :func:`load_checkpoint` reads the zip directory
-  first: only ``params/*``, ``extra/*`` and ``__meta__`` members, stored uncompressed (a
-  compressed member could inflate without bound), each a ``.npy`` of a plain numeric dtype whose
-  header shape times item size equals the member's size, all of them together at most
-  ``max_bytes``. Zip CRCs detect corrupted bytes; ``allow_pickle`` is never used: a checkpoint is
-  data, never code (an object array is refused).
+  first (itself at most 16 MiB): only ``params/*``, ``extra/*`` and ``__meta__`` members, stored
+  uncompressed (a compressed member could inflate without bound), each a ``.npy`` of a plain
+  numeric dtype whose header shape times item size equals the member's size, all of them
+  together at most ``max_bytes`` and within the memory available
+  (:func:`tostnp.io.limits.memory_budget`). Members are then streamed into their arrays (the
+  file is never read whole); the metadata is JSON of bounded size and nesting depth
+  (:func:`tostnp.io.limits.loads_json`). Zip CRCs detect corrupted bytes; ``allow_pickle`` is
+  never used: a checkpoint is data, never code (an object array is refused).
 
 Arrays come back as host NumPy arrays; move them to a device with
 :func:`tostnp.backend.from_host`.

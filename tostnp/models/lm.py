@@ -172,15 +172,18 @@ class _Decoder:
 def _pick(logits, temperature: float, top_k, rng):
     """Next token per row, on the logits' device (no host transfer per token).
 
-    logits (B, V) -> (B,) int64. temperature 0: greedy argmax. Otherwise softmax(logits / T)
+    logits (B, V) -> (B,) int64. temperature 0 (or below the smallest normal number of the
+    logits' dtype, 1.2e-38 in float32, where T itself would round to 0): greedy argmax.
+    Otherwise softmax(logits / T)
     restricted to the top_k largest, sampled by inverse CDF with one uniform per row drawn from
     the seeded host RNG (so one seed gives the same draws on every backend). The largest logit
     is subtracted *before* dividing by T: the quotients are then <= 0 and a tiny T sends all but
     the largest to -inf (never inf - inf = NaN), so T -> 0 is the greedy continuation.
     """
     xp = backend.namespace(logits)
-    if temperature == 0:
-        return xp.astype(xp.argmax(logits, axis=-1), xp.int64)
+    if temperature < xp.finfo(logits.dtype).smallest_normal:   # 0, or not representable
+        return xp.astype(xp.argmax(logits, axis=-1), xp.int64)    # in the logits' dtype
+
     B, V = logits.shape
     z = (logits - xp.max(logits, axis=-1, keepdims=True)) / temperature    # (B, V), <= 0
     if top_k is not None and top_k < V:

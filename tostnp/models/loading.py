@@ -7,7 +7,7 @@ from .. import backend
 from ..io.checkpoint import load_checkpoint, resolve_checkpoint
 from ..nn.params import check_params
 from .configs import config_from_dict
-from .memory import param_lower_bound
+from .memory import param_lower_bound, param_terms
 from .vision import vision_init
 from .lm import lm_init
 
@@ -33,8 +33,11 @@ def read_model_checkpoint(path: str, expect_kind: str | None = None):
     stored = sum(int(a.size) for a in host.values())
     need = param_lower_bound(kind, cfg)       # registers and position tables included
     if need > stored:
-        raise ValueError(f"{where}: its model config declares at least {need:,} parameters but "
-                         f"the file holds {stored:,} (config and arrays disagree)")
+        terms = param_terms(kind, cfg)
+        big = max(terms, key=terms.get)
+        raise ValueError(f"{where}: its model config declares at least {need:,} parameters "
+                         f"({big} = {terms[big]:,}) but the file holds {stored:,} (config and "
+                         f"arrays disagree)")
     dtype = next(iter(host.values())).dtype if host else None
     if dtype not in (np.float32, np.float64):
         raise ValueError(f"{where}: parameters must be float32 or float64, got {dtype}")

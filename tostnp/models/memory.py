@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from ..io.limits import check_memory
 
-__all__ = ["param_lower_bound", "estimate_bytes", "check_model_fits"]
+__all__ = ["param_terms", "param_lower_bound", "estimate_bytes", "check_model_fits"]
 
 
 def _tokens(kind, cfg) -> int:
@@ -22,24 +22,32 @@ def _tokens(kind, cfg) -> int:
     return cfg.block_size
 
 
+def param_terms(kind: str, cfg) -> dict:
+    """The terms of :func:`param_lower_bound`: {the config fields that set it: count}."""
+    C = cfg.width
+    t = {"depth x width^2 x (2 + 2 mlp_ratio)": cfg.depth * C * C * (2 + 2 * cfg.mlp_ratio)}
+    if kind == "vision":
+        t["width x num_classes"] = C * cfg.num_classes
+        t["num_registers x width"] = cfg.num_registers * C
+        if cfg.pos == "learned":
+            t["(image_size / patch_size)^2 x width (position table)"] = cfg.num_patches * C
+        if cfg.stem == "linear":
+            t["patch_size^2 x in_chans x width"] = cfg.patch_size ** 2 * cfg.in_chans * C
+        if cfg.pool == "cls":
+            t["num_cls_blocks x width^2 x (4 + 2 mlp_ratio)"] = \
+                cfg.num_cls_blocks * C * C * (4 + 2 * cfg.mlp_ratio)
+        return t
+    t["vocab_size x width"] = cfg.vocab_size * C
+    t["block_size x width (position table)"] = cfg.block_size * C
+    if cfg.mixer == "tssa":
+        t["depth x num_heads x block_size (denom_bias)"] = \
+            cfg.depth * cfg.num_heads * cfg.block_size
+    return t
+
+
 def param_lower_bound(kind: str, cfg) -> int:
     """A lower bound on the parameter count of the model ``cfg`` describes (see above)."""
-    C = cfg.width
-    n = cfg.depth * C * C * (2 + 2 * cfg.mlp_ratio)           # W_u, W_o, mlp.W1, mlp.W2
-    if kind == "vision":
-        n += C * cfg.num_classes                               # head
-        n += cfg.num_registers * C
-        if cfg.pos == "learned":
-            n += cfg.num_patches * C                           # position table
-        if cfg.stem == "linear":
-            n += cfg.patch_size ** 2 * cfg.in_chans * C
-        if cfg.pool == "cls":
-            n += cfg.num_cls_blocks * C * C * (4 + 2 * cfg.mlp_ratio)
-        return n
-    n += cfg.vocab_size * C + cfg.block_size * C               # token and position tables
-    if cfg.mixer == "tssa":
-        n += cfg.depth * cfg.num_heads * cfg.block_size        # causal denom_bias
-    return n
+    return sum(param_terms(kind, cfg).values())
 
 
 def estimate_bytes(kind: str, cfg, batch: int, *, training: bool, itemsize: int = 4) -> int:

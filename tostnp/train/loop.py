@@ -46,6 +46,7 @@ from dataclasses import dataclass, asdict
 from .. import backend
 from ..io import checkpoint as ckpt
 from ..io.atomic import atomic_write_text, clean_stale_temporaries
+from ..io.limits import check_memory, loads_json
 from ..io.runlock import run_lock
 from .optim import AdamW, lr_schedule, clip_grad_norm, default_no_decay
 from ..nn.params import sub, prefixed
@@ -161,8 +162,10 @@ def read_metrics(path: str) -> list:
     """The records of a metrics.jsonl file (a list of dicts).
 
     A torn last line (a run killed, or a disk that filled up, in the middle of a write) is
-    dropped with a warning; a bad line anywhere else raises ValueError naming the line.
+    dropped with a warning; a bad line anywhere else (not JSON, nested too deep, over 1 MB)
+    raises ValueError naming the line.
     """
+    check_memory(2 * os.path.getsize(path), f"reading {path}")
     with open(path, "rb") as f:
         lines = f.read().split(b"\n")
     records = []
@@ -171,7 +174,7 @@ def read_metrics(path: str) -> list:
         if not ln.strip():
             continue
         try:
-            rec = json.loads(ln.decode("utf-8"))
+            rec = loads_json(ln, "the line", max_bytes=1 << 20)
             if not isinstance(rec, dict) or not isinstance(rec.get("step"), int):
                 raise ValueError("not a record with an integer 'step'")
         except (UnicodeDecodeError, ValueError) as e:
