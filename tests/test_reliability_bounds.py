@@ -570,3 +570,58 @@ def test_sample_at_tiny_temperature_equals_greedy(runs, capsys):
                      "--temperature", t]) == 0
         outs.append(capsys.readouterr().out)
     assert outs[0] == outs[1]
+
+
+# ---------------------------------------------------------------------------------------------
+# the estimates themselves, against independent counts
+# ---------------------------------------------------------------------------------------------
+def test_param_lower_bound_never_exceeds_the_built_model():
+    """The refusal 'config declares more than the file holds' must never hit a real model:
+    the bound is compared with the parameters init actually makes."""
+    from dataclasses import replace
+    from tostnp import backend
+    from tostnp.models import VISION_CONFIGS, LM_CONFIGS, vision_init, lm_init
+    from tostnp.models.memory import param_lower_bound
+    xp = backend.get_xp("cpu")
+    count = lambda p: sum(int(np.prod(a.shape)) for a in p.values())   # noqa: E731
+    for name in ("tiny-digits", "tiny-mnist", "T"):
+        base = VISION_CONFIGS[name]
+        for cfg in (base, replace(base, num_registers=4), replace(base, pool="mean"),
+                    replace(base, mixer="softmax"), replace(base, stem="linear", pos="learned")):
+            n = count(vision_init(cfg.validate(), backend.RNG(0), xp))
+            assert 0.75 * n <= param_lower_bound("vision", cfg) <= n, (name, cfg)
+    base = LM_CONFIGS["tiny-char"]
+    for cfg in (base, replace(base, mixer="softmax"), replace(base, mixer="tssa-uniform"),
+                replace(base, block_size=512, vocab_size=300)):
+        n = count(lm_init(cfg.validate(), backend.RNG(0), xp))
+        assert 0.75 * n <= param_lower_bound("lm", cfg) <= n, cfg
+
+
+def test_json_depth_against_the_parsed_structure():
+    from tostnp.io.limits import json_depth, loads_json
+
+    def depth(v):                                   # the nesting of the parsed value
+        if isinstance(v, dict):
+            return 1 + max((depth(x) for x in v.values()), default=0)
+        if isinstance(v, list):
+            return 1 + max((depth(x) for x in v), default=0)
+        return 0
+    rng = np.random.default_rng(0)
+
+    def build(d):
+        if d == 0:
+            leaves = ["x", '[{"]', 3, None, '"q" ]]', "\\", []]
+            return leaves[int(rng.integers(len(leaves)))]
+        return [build(d - 1), "a]"] if rng.random() < 0.5 else {"k[": build(d - 1), "z": 1}
+    for d in range(0, 30):
+        v = build(d)
+        raw = json.dumps(v).encode()
+        assert json_depth(raw) == depth(v)
+        assert loads_json(raw, "x") == json.loads(raw)
+    with pytest.raises(ValueError, match="nested 65 levels"):
+        loads_json(b"[" * 65 + b"]" * 65, "x")
+
+
+def test_max_memory_gb_lowers_the_budget(runs):
+    _refused("evaluate --max-memory-gb 0.00001 (LM run)", ["evaluate", "--checkpoint", runs[1],
+             "--max-memory-gb", "0.00001"], "0.01 MB of memory available", "--max-memory-gb")
