@@ -9,7 +9,12 @@ Examples::
 
 Every run directory gets metrics.jsonl, curves.png and checkpoint.{npz,json}; a vision run also
 gets the interpretability figures (memberships.png, compression.png). ``--resume`` takes the
-model and training settings from the checkpoint and continues bit-identically.
+model and training settings from the checkpoint and continues bit-identically; an option given
+with it that differs from the checkpoint is refused (``--stop-at``, ``--checkpoint-every``,
+``--data-dir``, ``--device`` and ``--threads`` are applied). A directory that already holds a
+run needs ``--resume`` or ``--overwrite``, and one process at a time writes a run directory
+(:mod:`tostnp.io.runlock`). Sizes are checked against the memory available before anything is
+built (:mod:`tostnp.models.memory`; ``--max-memory-gb`` sets the limit).
 """
 from __future__ import annotations
 
