@@ -104,8 +104,8 @@ def test_targets_pass_and_miss():
 
 def test_bad_options_and_missing_gpu(tmp_path, capsys, monkeypatch):
     assert main(["bench", "--quick", "--width", "25", "--heads", "2",
-                 "--out", str(tmp_path)]) == 1
-    assert "--heads" in capsys.readouterr().err
+                 "--out", str(tmp_path)]) == 2
+    assert "error: --heads" in capsys.readouterr().err
     monkeypatch.setattr(bench.backend, "gpu_available", lambda: False)
     assert main(["bench", "--quick", "--device", "gpu", "--out", str(tmp_path / "g")]) == 2
     assert "GPU" in capsys.readouterr().err
@@ -144,4 +144,4 @@ def test_train_bench_thread_counts(tmp_path, capsys):
 
 def test_train_bench_rejects_unknown_bench(tmp_path, capsys):
     rc = main(["bench", "--train", "--benches", "gpt", "--out", str(tmp_path)])
-    assert rc == 1 and "--benches" in capsys.readouterr().err
+    assert rc == 2 and "error: --benches" in capsys.readouterr().err

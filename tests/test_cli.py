@@ -127,8 +127,9 @@ def test_lm_reports_word_rate(tmp_path, capsys):
     assert "word rate" in capsys.readouterr().out     # 1 sample: prompt 'h' (no 'T' in the text)
     with open(os.path.join(out, "result.json")) as f:
         assert 0.0 <= json.load(f)["word_rate"] <= 1.0
-    assert main(["evaluate", "--checkpoint", out, "--batches", "1",
-                 "--word-rate-samples", "-1"]) == 2
+    with pytest.raises(SystemExit) as e:        # argparse: "error: argument ...", exit 2
+        main(["evaluate", "--checkpoint", out, "--batches", "1", "--word-rate-samples", "-1"])
+    assert e.value.code == 2
     assert "--word-rate-samples" in capsys.readouterr().err
     assert main(["sample", "--checkpoint", out, "--prompt", "hel", "--length", "30"]) == 0
     captured = capsys.readouterr()

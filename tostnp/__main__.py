@@ -49,12 +49,15 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv=None) -> int:
     """Run a command. Expected failures print one line ``error: ...`` (never a traceback):
-    bad input, files and checkpoints exit 2; a diverged training run exits 1; SIGINT/SIGTERM
+    bad input, files, checkpoints, a run directory in use and sizes that do not fit in memory
+    exit 2; a diverged training run exits 1; SIGINT/SIGTERM
     during training save a checkpoint and exit 130/143."""
     args = build_parser().parse_args(argv)
     from .train.loop import TrainingInterrupted, TrainingDiverged
+    from .io.limits import memory_limit
     try:
-        return int(args._run(args) or 0)
+        with memory_limit(getattr(args, "max_memory_gb", None)):
+            return int(args._run(args) or 0)
     except TrainingInterrupted as e:
         cmd = " ".join(["python -m tostnp", args.command, getattr(args, "model", "") or "",
                         "--out", e.out_dir, "--resume"])
@@ -66,6 +69,10 @@ def main(argv=None) -> int:
     except (OSError, ValueError, TypeError, KeyError) as e:
         msg = e.args[0] if isinstance(e, KeyError) and e.args else e
         print(f"error: {msg}", file=sys.stderr)
+        return 2
+    except MemoryError:       # an estimate fell short: still one line, never a traceback
+        print("error: out of memory (an allocation failed; lower the sizes, or free memory)",
+              file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         print("error: interrupted", file=sys.stderr)

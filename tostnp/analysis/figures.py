@@ -194,6 +194,9 @@ def vision_figures(checkpoint: str, out_dir: str, *, xp=None, num_images: int = 
                          f"with 'python -m tostnp convert FILE DIR --like RUN'")
     if kind != "vision":
         raise ValueError(f"figures need a vision checkpoint; {checkpoint!r} is a {kind!r} model")
+    from ..models.memory import check_model_fits
+    check_model_fits(kind, cfg, max(num_images, num_stat_images), training=False,
+                     what=f"the figures of {checkpoint}")
     _, _, X_test, y_test = load_vision_data(config.get("data", "digits"),
                                            data_dir or config.get("data_dir"))
     os.makedirs(out_dir, exist_ok=True)

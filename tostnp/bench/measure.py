@@ -15,6 +15,7 @@ import tracemalloc
 import numpy as np
 
 from .. import backend
+from ..io.limits import memory_budget
 
 __all__ = ["DEFAULT_SIZES", "DEFAULT_CONTEXTS", "LAYERS", "LABELS", "run_benchmark",
            "estimate_bytes"]
@@ -229,7 +230,7 @@ def run_benchmark(s: dict, progress: bool = True) -> dict:
     itemsize = 4 if s["dtype"] == "float32" else 8
     B, C, h = s["batch"], s["width"], s["heads"]
     rng = backend.RNG(s["seed"])
-    budget = s["max_mem_gb"] * 2 ** 30
+    budget = min(s["max_mem_gb"] * 2 ** 30, memory_budget())
     load_before = _loadavg()
 
     # ---- build every timed task: (section, key, field) -> fn
@@ -247,8 +248,9 @@ def run_benchmark(s: dict, progress: bool = True) -> dict:
             est = estimate_bytes(name, B, N, C, h, itemsize)
             if est > budget:
                 layers[name][str(N)] = {
-                    "skipped": f"estimated memory {est / 2**30:.1f} GB > --max-mem-gb "
-                               f"{s['max_mem_gb']:g}", "est_bytes": est}
+                    "skipped": f"estimated memory {est / 2**30:.1f} GB > {budget / 2**30:.1f} "
+                               f"GB (--max-mem-gb, or the memory available)",
+                    "est_bytes": est}
                 continue
             if name in ("tssa", "tssa_causal"):
                 params = tssa.tssa_init(rng, xp, C, h, causal=name == "tssa_causal",

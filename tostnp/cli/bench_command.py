@@ -16,50 +16,60 @@ from .. import backend
 from ..bench import (DEFAULT_SIZES, DEFAULT_CONTEXTS, run_benchmark, evaluate_targets,
                      format_report, write_plots)
 from ..io.atomic import atomic_write_text
-from .options import POSITIVE_INT, NONNEG_INT, POSITIVE_FLOAT
+from ..io.limits import check_memory
+from .options import bounded, SEED, THREADS
 
 __all__ = ["add_arguments", "run"]
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     g = parser.add_argument_group("sizes")
-    g.add_argument("--sizes", type=POSITIVE_INT, nargs="+", default=None, metavar="N",
-                   help=f"sequence lengths N (default {' '.join(map(str, DEFAULT_SIZES))}; "
-                        "--quick: 32 64)")
-    g.add_argument("--batch", type=POSITIVE_INT, default=None, help="batch B (default 4; --quick: 1)")
-    g.add_argument("--width", type=POSITIVE_INT, default=None, help="width C (default 384; --quick: 24)")
-    g.add_argument("--heads", type=POSITIVE_INT, default=None, help="heads h (default 6; --quick: 2)")
-    g.add_argument("--contexts", type=POSITIVE_INT, nargs="+", default=None, metavar="T",
-                   help="decoder context lengths (default "
-                        f"{' '.join(map(str, DEFAULT_CONTEXTS))}; --quick: 16 32)")
-    g.add_argument("--decode-steps", type=POSITIVE_INT, default=None,
-                   help="decoder steps timed per context (default 64; --quick: 4)")
+    g.add_argument("--sizes", type=bounded(int, 1, 1 << 20), nargs="+", default=None,
+                   metavar="N",
+                   help=f"sequence lengths N [{' '.join(map(str, DEFAULT_SIZES))}; "
+                        "--quick: 32 64]")
+    g.add_argument("--batch", type=bounded(int, 1, 4096), default=None,
+                   help="batch B [4; --quick: 1]")
+    g.add_argument("--width", type=bounded(int, 1, 16384), default=None,
+                   help="width C [384; --quick: 24]")
+    g.add_argument("--heads", type=bounded(int, 1, 1024), default=None,
+                   help="heads h [6; --quick: 2]")
+    g.add_argument("--contexts", type=bounded(int, 1, 1 << 20), nargs="+", default=None,
+                   metavar="T",
+                   help="decoder context lengths "
+                        f"[{' '.join(map(str, DEFAULT_CONTEXTS))}; --quick: 16 32]")
+    g.add_argument("--decode-steps", type=bounded(int, 1, 100_000), default=None,
+                   help="decoder steps timed per context [64; --quick: 4]")
     g.add_argument("--quick", action="store_true",
                    help="tiny sizes, 1 repeat: a smoke run in seconds (figures meaningless)")
     r = parser.add_argument_group("run")
-    r.add_argument("--dtype", choices=["float32", "float64"], default="float32")
+    r.add_argument("--dtype", choices=["float32", "float64"], default="float32",
+                   help="[float32]")
     r.add_argument("--device", choices=["cpu", "gpu"], default="cpu",
-                   help="cpu (NumPy) or gpu (CuPy; exits with status 2 if no GPU is usable)")
-    r.add_argument("--repeats", type=POSITIVE_INT, default=None,
-                   help="timed rounds, the median is reported (default 5; --quick: 1)")
-    r.add_argument("--warmup", type=NONNEG_INT, default=1, help="untimed rounds first (default 1)")
-    r.add_argument("--max-mem-gb", type=POSITIVE_FLOAT, default=8.0,
-                   help="skip a layer at a size whose estimated memory exceeds this (default 8)")
+                   help="cpu (NumPy) or gpu (CuPy; exits with status 2 if no GPU is usable) "
+                        "[cpu]")
+    r.add_argument("--repeats", type=bounded(int, 1, 1000), default=None,
+                   help="timed rounds, the median is reported [5; --quick: 1]")
+    r.add_argument("--warmup", type=bounded(int, 0, 1000), default=1,
+                   help="untimed rounds first [1]")
+    r.add_argument("--max-mem-gb", type=bounded(float, 0.0, 1e6, open_lo=True), default=8.0,
+                   help="skip a layer at a size whose estimated memory exceeds this, or the "
+                        "memory available if that is less [8]")
     r.add_argument("--no-train", action="store_true",
                    help="skip the training-throughput section")
-    r.add_argument("--seed", type=NONNEG_INT, default=0)
+    r.add_argument("--seed", type=SEED, default=0, help="[0]")
     r.add_argument("--out", default="bench_out",
-                   help="output folder for bench_<device>.json and the plots (default ./bench_out)")
+                   help="output folder for bench_<device>.json and the plots [bench_out]")
     r.add_argument("--no-progress", action="store_true", help="no tqdm progress bar")
-    r.add_argument("--threads", type=int, nargs="+", default=None, metavar="N",
-                   help="CPU threads for BLAS (default: all cores); with --train several "
+    r.add_argument("--threads", type=THREADS, nargs="+", default=None, metavar="N",
+                   help="CPU threads for BLAS [all cores]; with --train several "
                         "counts (e.g. 1 2) are timed side by side")
     t = parser.add_argument_group("training speed (--train)")
     t.add_argument("--train", action="store_true",
                    help="only time training steps: the default LM and vision models and one "
                         "ToST block at N=4096, C=384 (steps/s, phase split, page faults)")
     t.add_argument("--benches", nargs="+", default=None, metavar="NAME",
-                   help="with --train: which of lm, vision, block (default all)")
+                   help="with --train: which of lm, vision, block [all]")
     t.add_argument("--compare-plain", action="store_true",
                    help="with --train: also run every step with the NumPy fast path off "
                         "(interleaved) and print the ratio")
@@ -83,26 +93,33 @@ def _settings(args) -> dict:
         "max_mem_gb": args.max_mem_gb, "train": not args.no_train, "quick": q,
         "seed": args.seed,
     }
-    for key in ("batch", "width", "heads", "decode_steps", "repeats"):
-        if s[key] < 1:
-            raise ValueError(f"--{key.replace('_', '-')} must be >= 1, got {s[key]}")
-    if s["warmup"] < 0:
-        raise ValueError(f"--warmup must be >= 0, got {s['warmup']}")
-    if any(n < 1 for n in s["sizes"]) or any(t < 1 for t in s["contexts"]):
-        raise ValueError("--sizes and --contexts must be positive integers")
     if s["width"] % s["heads"]:
         raise ValueError(f"--heads ({s['heads']}) must divide --width ({s['width']})")
     s["sizes"] = sorted(set(s["sizes"]))
     s["contexts"] = sorted(set(s["contexts"]))
+    check_memory(_fixed_bytes(s), "bench's input arrays (--batch x --sizes x --width, and the "
+                                  "decoder's --contexts)")
     return s
+
+
+def _fixed_bytes(s) -> int:
+    """What the benchmark holds for its whole run, whatever layer is skipped: for each size the
+    reference matmuls' and the layers' inputs and outputs (about 12 (B, N, C) arrays); the
+    decoder's inputs, its prefilled states and one causal forward on the longest context."""
+    item = 4 if s["dtype"] == "float32" else 8
+    B, C, h = s["batch"], s["width"], s["heads"]
+    grid = sum(12 * B * n * C for n in s["sizes"])
+    T = max(s["contexts"]) + s["decode_steps"]
+    decode = 2 * B * s["decode_steps"] * C + 40 * B * T * C + h * T \
+        + len(s["contexts"]) * B * C * (C // h + 2)
+    return item * (grid + decode)
 
 
 def run(args) -> int:
     counts = [backend.cpu_cores()] if args.threads is None else args.threads
-    if min(counts) < 1 or (len(counts) > 1 and not args.train):
-        print(f"bench: --threads takes counts >= 1 (several only with --train), got "
-              f"{' '.join(map(str, counts))}", file=sys.stderr)
-        return 1
+    if len(counts) > 1 and not args.train:
+        raise ValueError(f"--threads takes several counts only with --train, got "
+                         f"{' '.join(map(str, counts))}")
     with backend.threads(counts[0]):
         return _run_train(args) if args.train else _run(args)
 
@@ -113,13 +130,9 @@ def _run_train(args) -> int:
     benches = args.benches or list(TRAIN_BENCHES)
     bad = [b for b in benches if b not in TRAIN_BENCHES]
     if bad:
-        print(f"bench: --benches must be among {', '.join(TRAIN_BENCHES)}, got {bad}",
-              file=sys.stderr)
-        return 1
+        raise ValueError(f"--benches must be among {', '.join(TRAIN_BENCHES)}, got {bad}")
     if args.device != "cpu":
-        print("bench: --train measures the CPU (NumPy) path only; drop --device gpu",
-              file=sys.stderr)
-        return 2
+        raise ValueError("--train measures the CPU (NumPy) path only; drop --device gpu")
     kept = False if args.default_malloc else backend.keep_freed_memory()
     load_before = _loadavg()
     res = run_train_bench(benches, dtype=args.dtype, rounds=args.repeats or 5,
@@ -143,16 +156,11 @@ def _run_train(args) -> int:
 
 
 def _run(args) -> int:
-    try:
-        s = _settings(args)
-    except ValueError as e:
-        print(f"bench: {e}", file=sys.stderr)
-        return 1
+    s = _settings(args)
     if s["device"] == "gpu" and not backend.gpu_available():
-        print("bench: --device gpu needs CuPy and a usable CUDA GPU, and none is available "
-              "here (cupy.cuda.is_available() is False or CuPy is not installed). Nothing was "
-              "measured or written; run with --device cpu.", file=sys.stderr)
-        return 2
+        raise ValueError("--device gpu needs CuPy and a usable CUDA GPU, and none is available "
+                         "here (cupy.cuda.is_available() is False or CuPy is not installed). "
+                         "Nothing was measured or written; run with --device cpu.")
     result = run_benchmark(s, progress=not args.no_progress)
     result["targets"] = evaluate_targets(result)
     result["meta"]["command"] = _command(s, args)

@@ -27,6 +27,9 @@ import json
 import os
 import sys
 
+from ..io.runlock import run_lock
+from .options import add_memory_argument, bounded
+
 PICKLE_SUFFIXES = (".pth", ".pt", ".bin", ".ckpt", ".pkl", ".pickle", ".tar")
 
 
@@ -35,13 +38,17 @@ def add_arguments(parser) -> None:
     parser.add_argument("dst", help="a .safetensors file (export) or a new run directory (import)")
     parser.add_argument("--arch", default=None,
                         help="insist that the architecture is this preset (T, S, base, ...)")
-    parser.add_argument("--image-size", type=int, default=None,
+    parser.add_argument("--image-size", type=bounded(int, 1, 4096), default=None,
                         help="import: side of the (square) input images [224, or the size "
                              "recorded in the file]")
     parser.add_argument("--like", default=None,
                         help="import: take data, tokenizer and training settings from this run")
     parser.add_argument("--dtype", choices=["float32", "float64"], default="float32",
                         help="export: float dtype written [float32, as published]")
+    parser.add_argument("--overwrite", action="store_true",
+                        help="replace the file (export) or the checkpoint in the run directory "
+                             "(import) that is already there; without it nothing is replaced")
+    add_memory_argument(parser)
 
 
 def _is_pickle(path: str) -> bool:
@@ -59,19 +66,13 @@ def _is_pickle(path: str) -> bool:
 
 
 def run(args) -> int:
-    from ..io.interchange import InterchangeError
-    src, dst = args.src, args.dst
-    try:
-        if os.path.isfile(src) and _is_pickle(src):
-            return _refuse_pickle(src)
-        if src.endswith(".safetensors") or (os.path.isfile(src) and
-                                            not src.endswith((".json", ".npz"))):
-            return _import(args)
-        return _export(args)
-    except (InterchangeError, FileNotFoundError, ValueError, OSError) as e:
-        msg = str(e).replace("\n", " ")
-        print(f"error: {msg}", file=sys.stderr)
-        return 2
+    src = args.src
+    if os.path.isfile(src) and _is_pickle(src):
+        return _refuse_pickle(src)
+    if src.endswith(".safetensors") or (os.path.isfile(src) and
+                                        not src.endswith((".json", ".npz"))):
+        return _import(args)
+    return _export(args)
 
 
 def _refuse_pickle(src: str) -> int:
@@ -95,6 +96,9 @@ def _export(args) -> int:
     from ..nn.params import num_params
     if not args.dst.endswith(".safetensors"):
         raise InterchangeError(f"export writes a .safetensors file; got destination {args.dst!r}")
+    if os.path.exists(args.dst) and not args.overwrite:
+        raise InterchangeError(f"{args.dst} already exists; choose another name, or replace it "
+                               f"with --overwrite")
     prefix = resolve_checkpoint(args.src)
     host, config, _, _ = load_checkpoint(prefix)
     kind, cfg = config_from_dict(config)
@@ -119,21 +123,33 @@ def _export(args) -> int:
 # import
 # ---------------------------------------------------------------------------------------------
 def _import(args) -> int:
-    import numpy as np
-    from .. import backend
-    from ..io.checkpoint import save_checkpoint, load_checkpoint
-    from ..io.interchange import (read_safetensors, describe_config, check_arch, InterchangeError)
-    from ..models import resolve_checkpoint, config_from_dict
-    from ..train.optim import AdamW
-    from ..models import num_params
-    from ..train.loop import TrainConfig
+    from ..io.interchange import InterchangeError
     src, dst = args.src, args.dst
     if not os.path.isfile(src):
         raise FileNotFoundError(f"{src} does not exist")
     if dst.endswith((".safetensors", ".npz", ".json")):
         raise InterchangeError(f"import writes a run directory; got destination {dst!r}")
-    if os.path.exists(os.path.join(dst, "checkpoint.json")):
-        raise InterchangeError(f"{dst} already holds a checkpoint; choose a new run directory")
+    with run_lock(dst, "convert"):
+        return _import_locked(args)
+
+
+def _import_locked(args) -> int:
+    import numpy as np
+    from .. import backend
+    from ..io.checkpoint import save_checkpoint, load_checkpoint
+    from ..io.interchange import (read_safetensors, describe_config, check_arch, InterchangeError)
+    from ..io.limits import loads_json
+    from ..models import resolve_checkpoint, config_from_dict
+    from ..models.configs import dataclass_from_dict
+    from ..train.optim import AdamW
+    from ..models import num_params
+    from ..train.loop import TrainConfig
+    src, dst = args.src, args.dst
+    there = [f for f in ("checkpoint.npz", "checkpoint.json")
+             if os.path.exists(os.path.join(dst, f))]
+    if there and not args.overwrite:
+        raise InterchangeError(f"{dst} already holds a checkpoint ({', '.join(there)}); choose "
+                               f"a new run directory, or replace it with --overwrite")
     like = None
     if args.like:
         _, like, _, _ = load_checkpoint(resolve_checkpoint(args.like))
@@ -142,10 +158,13 @@ def _import(args) -> int:
     kind, cfg, host, meta = read_safetensors(src, image_size=image_size or 224)
     if "tostnp" in meta:
         try:
-            saved = json.loads(meta["tostnp"])
+            saved = loads_json(meta["tostnp"].encode("utf-8"),
+                               f"{src}: field '__metadata__.tostnp'")
             saved_kind, saved_cfg = config_from_dict(saved)
-        except (ValueError, TypeError, KeyError):
+        except (ValueError, TypeError, KeyError) as e:
             saved = None                                # foreign or damaged metadata: ignore it
+            print(f"note: ignored the file's tostnp settings (__metadata__ 'tostnp': "
+                  f"{str(e)[:200]})", file=sys.stderr)
     base = like or saved
     if base is not None:
         base_kind, base_cfg = config_from_dict(base)
@@ -174,8 +193,11 @@ def _import(args) -> int:
     config["task"] = kind
     config["model"] = dataclasses.asdict(cfg)
     config["imported_from"] = os.path.abspath(src)
-    tcfg = TrainConfig(**{k: v for k, v in config.get("train", {}).items()
-                          if k in {f.name for f in dataclasses.fields(TrainConfig)}})
+    train = config.get("train", {})
+    tcfg = dataclass_from_dict(
+        TrainConfig, {k: v for k, v in train.items()
+                      if k in {f.name for f in dataclasses.fields(TrainConfig)}}
+        if isinstance(train, dict) else train, "settings field 'train'")
     config["train"] = dataclasses.asdict(tcfg)
     # A fresh optimizer (zero moments, step 0): the published checkpoints do not carry AdamW's.
     opt = AdamW(params, lr=tcfg.lr, weight_decay=tcfg.weight_decay)

@@ -10,9 +10,9 @@ from __future__ import annotations
 
 import json
 import math
-import sys
 
-from .options import add_device_argument, get_xp_or_exit, POSITIVE_INT, check_run_has_data
+from .options import (add_device_argument, add_memory_argument, get_xp_or_exit, bounded,
+                      check_run_has_data)
 
 
 def add_arguments(parser) -> None:
@@ -20,13 +20,14 @@ def add_arguments(parser) -> None:
                         help="run directory or checkpoint prefix (…/checkpoint)")
     add_device_argument(parser)
     parser.add_argument("--data-dir", default=None, help="vision: where MNIST/CIFAR-10 live")
-    parser.add_argument("--text", default=None, help="LM: the text file (default: as trained)")
-    parser.add_argument("--batches", type=POSITIVE_INT, default=20,
+    parser.add_argument("--text", default=None, help="LM: the text file [as trained]")
+    parser.add_argument("--batches", type=bounded(int, 1, 10_000), default=20,
                         help="LM: validation batches to average [20]")
-    parser.add_argument("--word-rate-samples", type=int, default=3,
+    parser.add_argument("--word-rate-samples", type=bounded(int, 0, 100), default=3,
                         help="LM: samples (prompt 'The ', 1000 characters, seeds 0..N-1) for the "
                              "word rate; 0 = none [3]")
     parser.add_argument("--json", action="store_true", help="print the result as JSON")
+    add_memory_argument(parser)
 
 
 def run(args) -> int:
@@ -36,16 +37,17 @@ def run(args) -> int:
     from ..models import load_model
     from ..data import load_vision_data, load_lm_text, tokenizer_from_dict
     from ..train.tasks import VisionTask, LMTask
-    if args.word_rate_samples < 0:
-        print(f"error: --word-rate-samples must be >= 0, got {args.word_rate_samples}",
-              file=sys.stderr)
-        return 2
-    try:
-        kind, cfg, params, config = load_model(args.checkpoint, xp=xp)
-        check_run_has_data(kind, config, args.checkpoint)
-    except (FileNotFoundError, ValueError) as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 2
+    from ..models.configs import dataclass_from_dict
+    from ..models.memory import check_model_fits
+    from ..train.loop import TrainConfig
+    kind, cfg, params, config = load_model(args.checkpoint, xp=xp)
+    check_run_has_data(kind, config, args.checkpoint)
+    train = config.get("train", {})
+    tcfg = dataclass_from_dict(TrainConfig, {k: v for k, v in train.items() if k in
+                                             ("batch_size", "seed")} if isinstance(train, dict)
+                               else train, f"{args.checkpoint}: field 'train'")
+    bs = tcfg.batch_size if kind == "lm" else 500        # VisionTask evaluates 500 at a time
+    check_model_fits(kind, cfg, bs, training=False, what=f"evaluating {args.checkpoint}")
     if kind == "vision":
         data = load_vision_data(config.get("data", "digits"),
                                 config.get("data_dir") if args.data_dir is None else args.data_dir)
@@ -53,7 +55,7 @@ def run(args) -> int:
         if val_fraction:  # the run's validation set, held out of its training images
             from ..data import split_validation
             val = split_validation(data[0], data[1], val_fraction,
-                                   seed=int(config["train"]["seed"]))[2:]
+                                   seed=tcfg.seed)[2:]
         task = VisionTask(cfg, data, batch_size=1, xp=xp, data_name=config.get("data", "digits"),
                           val=val)
         res = task.evaluate_test(params)
@@ -69,9 +71,8 @@ def run(args) -> int:
         train_ids, val_ids, tok = load_lm_text(config.get("text_path") if args.text is None
                                                else args.text,
                                                tokenizer=tok)
-        bs = int(config["train"]["batch_size"])
         task = LMTask(cfg, train_ids, val_ids, tok, batch_size=bs, eval_batches=args.batches,
-                      xp=xp, seed=int(config["train"].get("seed", 0)))
+                      xp=xp, seed=tcfg.seed)
         res = task.evaluate(params)
         res["unigram_bpc"] = task.unigram["bits"]
         text = (f"validation loss {res['val_loss']:.4f} nats/token = {res['val_bpc']:.3f} bits/char "

@@ -19,8 +19,8 @@ Examples::
 from __future__ import annotations
 
 import os
-import sys
 
+from .options import bounded
 from ..experiments import EXPERIMENTS
 
 DEFAULT_OUT = os.path.join("docs", "experiments")
@@ -33,7 +33,7 @@ def add_arguments(parser) -> None:
     parser.add_argument("--out", default=DEFAULT_OUT, help=f"output directory [{DEFAULT_OUT}]")
     parser.add_argument("--seeds", default="0-2",
                         help="seeds to average over, e.g. 0-4 or 0,3,7 [0-2]")
-    parser.add_argument("--blas-threads", type=int, default=1,
+    parser.add_argument("--blas-threads", type=bounded(int, 0, 1024), default=1,
                         help="BLAS threads [1]: the models are small and a shared machine "
                              "slows extra threads down; 0 = BLAS default")
 
@@ -44,8 +44,7 @@ def run(args) -> int:
     try:
         seeds = parse_seeds(args.seeds)
     except ValueError as e:
-        print(f"error: --seeds: {e}", file=sys.stderr)
-        return 2
+        raise ValueError(f"--seeds: {e}") from None
     cmd = f"python -m tostnp experiment {args.name}" + (" --quick" if args.quick else "") + \
         ("" if args.seeds == "0-2" else f" --seeds {args.seeds}")
 

@@ -35,41 +35,43 @@ def lm_training_text(config: dict, tokenizer, text_path: str | None = None) -> s
 # ---------------------------------------------------------------------------------------------
 # option types: argparse reports a failure as "error: argument --x: <message>" (exit 2)
 # ---------------------------------------------------------------------------------------------
-def int_at_least(lo: int):
-    """An argparse type: an integer >= lo (so 0 or -1 is refused where it makes no sense)."""
-    def parse(text):
-        try:
-            v = int(text)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"must be an integer >= {lo}, got {text!r}") from None
-        if v < lo:
-            raise argparse.ArgumentTypeError(f"must be an integer >= {lo}, got {text!r}")
-        return v
-    parse.__name__ = f"int >= {lo}"
-    return parse
-
-
-def finite_float(lo: float | None = None, *, strict: bool = False):
-    """An argparse type: a finite float (NaN and inf refused), optionally > lo or >= lo."""
-    rel = ">" if strict else ">="
-    want = "a finite number" + ("" if lo is None else f" {rel} {lo:g}")
+def bounded(kind, lo, hi, *, open_lo: bool = False, open_hi: bool = False):
+    """The argparse type of every numeric option: an int (``kind=int``) or a finite float
+    (``kind=float``; NaN and inf refused) in [lo, hi] -- ``open_lo``/``open_hi`` exclude the
+    ends. The upper bound keeps any value from allocating or running without limit."""
+    what = "an integer" if kind is int else "a finite number"
+    rng = f"{'(' if open_lo else '['}{lo:,}, {hi:,}{')' if open_hi else ']'}" if kind is int \
+        else f"{'(' if open_lo else '['}{lo:g}, {hi:g}{')' if open_hi else ']'}"
+    want = f"{what} in {rng}"
 
     def parse(text):
         try:
-            v = float(text)
+            v = kind(text)
         except ValueError:
             raise argparse.ArgumentTypeError(f"must be {want}, got {text!r}") from None
-        if not math.isfinite(v) or (lo is not None and (v <= lo if strict else v < lo)):
+        ok = (kind is int or math.isfinite(v)) and (v > lo if open_lo else v >= lo) \
+            and (v < hi if open_hi else v <= hi)
+        if not ok:
             raise argparse.ArgumentTypeError(f"must be {want}, got {text!r}")
         return v
     parse.__name__ = want
     return parse
 
 
-POSITIVE_INT = int_at_least(1)
-NONNEG_INT = int_at_least(0)
-POSITIVE_FLOAT = finite_float(0.0, strict=True)
-NONNEG_FLOAT = finite_float(0.0)
+# Bounds shared by several commands (each far above what this package's presets use).
+SEED = bounded(int, 0, 2 ** 32 - 1)
+THREADS = bounded(int, 1, 1024)
+MAX_ITER = 10 ** 9                    # steps, intervals
+
+
+def add_memory_argument(parser) -> None:
+    """``--max-memory-gb``: the memory budget sizes are checked against (see
+    :mod:`tostnp.io.limits`); ``main`` applies it around the command."""
+    parser.add_argument("--max-memory-gb", type=bounded(float, 0.0, 1e6, open_lo=True),
+                        default=None,
+                        help="memory (GB) tostnp may plan to use; sizes that need more are "
+                             "refused before anything is allocated [what the system reports "
+                             "available]")
 
 
 def check_run_has_data(kind: str, config: dict, path: str) -> None:

@@ -11,22 +11,25 @@ from __future__ import annotations
 
 import sys
 
-from .options import add_device_argument, get_xp_or_exit, NONNEG_INT, POSITIVE_INT, NONNEG_FLOAT, \
-    check_run_has_data
+from .options import (add_device_argument, add_memory_argument, get_xp_or_exit, bounded, SEED,
+                      check_run_has_data)
 
 
 def add_arguments(parser) -> None:
     parser.add_argument("--checkpoint", required=True,
                         help="run directory or checkpoint prefix of an LM run")
     parser.add_argument("--prompt", default="\n", help="text to continue [a newline]")
-    parser.add_argument("--length", type=NONNEG_INT, default=200, help="characters to generate [200]")
-    parser.add_argument("--temperature", type=NONNEG_FLOAT, default=0.8,
-                        help="softmax temperature; 0 = greedy [0.8]")
-    parser.add_argument("--top-k", type=POSITIVE_INT, default=None, help="sample from the k most likely")
-    parser.add_argument("--seed", type=NONNEG_INT, default=0, help="sampling seed [0]")
+    parser.add_argument("--length", type=bounded(int, 0, 100_000), default=200,
+                        help="tokens to generate [200]")
+    parser.add_argument("--temperature", type=bounded(float, 0.0, 1e3), default=0.8,
+                        help="softmax temperature; 0 (or below 1e-6) = greedy [0.8]")
+    parser.add_argument("--top-k", type=bounded(int, 1, 1 << 20), default=None,
+                        help="sample from the k most likely [all]")
+    parser.add_argument("--seed", type=SEED, default=0, help="sampling seed [0]")
     parser.add_argument("--text", default=None,
-                        help="the training text file, for the word rate (default: as trained)")
+                        help="the training text file, for the word rate [as trained]")
     add_device_argument(parser)
+    add_memory_argument(parser)
 
 
 def run(args) -> int:
@@ -36,22 +39,18 @@ def run(args) -> int:
     from ..data import tokenizer_from_dict
     from ..models import load_model
     from ..analysis.wordrate import sample_text
-    try:
-        kind, cfg, params, config = load_model(args.checkpoint, xp=xp)
-        if kind != "lm":
-            raise ValueError(f"sample needs a language-model checkpoint; this one is {kind!r}")
-        check_run_has_data(kind, config, args.checkpoint)
-        tok = tokenizer_from_dict(config["tokenizer"])
-        if not args.prompt:
-            raise ValueError("--prompt must contain at least one character")
-        tok.encode(args.prompt)                           # every character known?
-        if args.length < 0:
-            raise ValueError(f"--length must be >= 0, got {args.length}")
-        text = sample_text(params, cfg, tok, args.prompt, args.length,
-                           temperature=args.temperature, top_k=args.top_k, seed=args.seed)
-    except (FileNotFoundError, ValueError) as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 2
+    from ..models.memory import check_model_fits
+    kind, cfg, params, config = load_model(args.checkpoint, xp=xp)
+    if kind != "lm":
+        raise ValueError(f"sample needs a language-model checkpoint; this one is {kind!r}")
+    check_run_has_data(kind, config, args.checkpoint)
+    check_model_fits(kind, cfg, 1, training=False, what=f"sampling from {args.checkpoint}")
+    tok = tokenizer_from_dict(config["tokenizer"])
+    if not args.prompt:
+        raise ValueError("--prompt must contain at least one character")
+    tok.encode(args.prompt)                           # every character known?
+    text = sample_text(params, cfg, tok, args.prompt, args.length,
+                       temperature=args.temperature, top_k=args.top_k, seed=args.seed)
     print(args.prompt + text)
     from ..analysis.wordrate import vocabulary, word_rate
     from .options import lm_training_text

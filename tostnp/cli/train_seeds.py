@@ -11,6 +11,7 @@ import json
 import os
 import sys
 
+from ..io.runlock import run_lock
 from ..train.seeds import run_over_seeds
 
 __all__ = ["train_over_seeds"]
@@ -45,6 +46,11 @@ def train_over_seeds(args, xp, seeds, kind) -> int:
                    + f"; training {res['train_cpu_s']:.1f} s CPU, {res['train_wall_s']:.1f} s wall")
         return res
 
+    with run_lock(root, f"train {kind} --seeds"):      # seeds.json is written under it too
+        return _over_seeds(args, one, seeds, kind, root, failed)
+
+
+def _over_seeds(args, one, seeds, kind, root, failed) -> int:
     try:
         summary = run_over_seeds(one, seeds, desc=f"train {kind} over seeds",
                                  progress=None if not args.no_progress else False)

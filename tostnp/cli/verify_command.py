@@ -7,15 +7,15 @@ import numpy as np
 
 from ..analysis import verify
 from ..analysis.verify import checks
-from .options import NONNEG_INT, POSITIVE_INT
+from .options import bounded, SEED
 
 __all__ = ["add_arguments", "run"]
 
 
 def add_arguments(parser):
-    parser.add_argument("--seed", type=NONNEG_INT, default=0, help="seed of the random test data (default 0)")
-    parser.add_argument("--draws", type=POSITIVE_INT, default=20,
-                        help="random orthogonal bases U tried for the bound R_c <= R^var_c (default 20)")
+    parser.add_argument("--seed", type=SEED, default=0, help="seed of the random test data [0]")
+    parser.add_argument("--draws", type=bounded(int, 1, 10_000), default=20,
+                        help="random orthogonal bases U tried for the bound R_c <= R^var_c [20]")
 
 
 def run(args) -> int:
@@ -23,8 +23,7 @@ def run(args) -> int:
         import autograd
         import autograd.numpy as anp
     except ImportError:
-        print("tostnp verify needs autograd (pip install autograd)")
-        return 2
+        raise ValueError("tostnp verify needs autograd (pip install autograd)") from None
     rng = np.random.default_rng(args.seed)
     rows = list(checks(rng, args.draws, autograd, anp))
     width = max(len(r[0]) for r in rows)

@@ -10,14 +10,27 @@ as it was. Checkpoints, metrics, figures and benchmark results all go through he
   want a file name: ``np.savez``, ``fig.savefig``); the extension of ``path`` is kept.
 * :func:`atomic_write_bytes` / :func:`atomic_write_text` -- a whole file at once.
 * :func:`atomic_savefig`     -- a matplotlib figure.
+* :func:`clean_stale_temporaries` -- remove the temporary files that writers which no longer
+  run left behind (killed with SIGKILL, or by a power cut).
+
+A temporary file carries its writer's identity: ``.<name>.<pid>-<random>.tmp<ext>``. A writer
+removes only its own temporaries and those whose process is gone, never another live
+process's in-flight file (two writers on one run directory are kept apart by
+:mod:`tostnp.io.runlock` as well).
 """
 from __future__ import annotations
 
 import contextlib
+import glob
 import os
+import re
 import tempfile
 
-__all__ = ["atomic_path", "atomic_write_bytes", "atomic_write_text", "atomic_savefig"]
+__all__ = ["atomic_path", "atomic_write_bytes", "atomic_write_text", "atomic_savefig",
+           "clean_stale_temporaries"]
+
+_TMP = re.compile(r"^\..+\.(?:(\d+)-)?[A-Za-z0-9_]+\.tmp(?:\.[A-Za-z0-9]*)?$")
+_active: set = set()              # this process's temporaries now being written
 
 
 def _fsync_path(path: str, directory: bool = False) -> None:
@@ -44,8 +57,10 @@ def atomic_path(path):
     d = os.path.dirname(os.path.abspath(path))
     os.makedirs(d, exist_ok=True)
     base = os.path.basename(path)
-    fd, tmp = tempfile.mkstemp(dir=d, prefix=f".{base}.", suffix=".tmp" + os.path.splitext(base)[1])
+    fd, tmp = tempfile.mkstemp(dir=d, prefix=f".{base}.{os.getpid()}-",
+                               suffix=".tmp" + os.path.splitext(base)[1])
     os.close(fd)
+    _active.add(tmp)
     try:
         yield tmp
         _fsync_path(tmp)
@@ -57,7 +72,44 @@ def atomic_path(path):
         with contextlib.suppress(FileNotFoundError):
             os.unlink(tmp)
         raise
+    finally:
+        _active.discard(tmp)
     _fsync_path(d, directory=True)
+
+
+def _writer_gone(pid: int | None) -> bool:
+    """Whether the process that wrote a temporary no longer runs (None: a name from before
+    temporaries carried their writer: gone)."""
+    if pid is None:
+        return True
+    if pid == os.getpid():
+        return True                      # ours, and not in _active: a failed earlier write
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return True
+    except OSError:                      # e.g. EPERM: another user's live process
+        return False
+    return False
+
+
+def clean_stale_temporaries(directory, name: str = "*") -> list:
+    """Remove the temporaries of ``name`` (a glob; default every file) in ``directory`` whose
+    writer is this process (and not writing now) or a process that is gone. Returns them."""
+    removed = []
+    pattern = os.path.join(glob.escape(os.fspath(directory)),
+                           ("." + glob.escape(name) if name != "*" else ".*") + ".*tmp*")
+    for tmp in glob.glob(pattern):
+        m = _TMP.match(os.path.basename(tmp))
+        if m is None or tmp in _active or not _writer_gone(
+                int(m.group(1)) if m.group(1) else None):
+            continue
+        try:
+            os.unlink(tmp)
+            removed.append(tmp)
+        except FileNotFoundError:
+            pass
+    return removed
 
 
 def atomic_write_bytes(path, data: bytes) -> None:

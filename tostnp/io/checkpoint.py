@@ -21,13 +21,17 @@ Safety
   moved into place with one ``os.replace``). A process killed at any instant leaves either the
   previous checkpoint or the new one, never a mix; the ``.json`` copy is refreshed afterwards,
   and a stale copy (killed between the two renames) is recognised by its ``save_id`` and ignored.
-  Temporary files left by a killed save are removed by the next save (:func:`clean_temporaries`).
+  Temporary files left by a killed save are removed by the next save (:func:`clean_temporaries`;
+  only those of writers that no longer run).
 * **Validated before anything is allocated.** :func:`load_checkpoint` reads the zip directory
-  first: only ``params/*``, ``extra/*`` and ``__meta__`` members, stored uncompressed (a
-  compressed member could inflate without bound), each a ``.npy`` of a plain numeric dtype whose
-  header shape times item size equals the member's size, all of them together at most
-  ``max_bytes``. Zip CRCs detect corrupted bytes; ``allow_pickle`` is never used: a checkpoint is
-  data, never code (an object array is refused).
+  first (itself at most 16 MiB): only ``params/*``, ``extra/*`` and ``__meta__`` members, stored
+  uncompressed (a compressed member could inflate without bound), each a ``.npy`` of a plain
+  numeric dtype whose header shape times item size equals the member's size, all of them
+  together at most ``max_bytes`` and within the memory available
+  (:func:`tostnp.io.limits.memory_budget`). Members are then streamed into their arrays (the
+  file is never read whole); the metadata is JSON of bounded size and nesting depth
+  (:func:`tostnp.io.limits.loads_json`). Zip CRCs detect corrupted bytes; ``allow_pickle`` is
+  never used: a checkpoint is data, never code (an object array is refused).
 
 Arrays come back as host NumPy arrays; move them to a device with
 :func:`tostnp.backend.from_host`.
@@ -35,19 +39,19 @@ Arrays come back as host NumPy arrays; move them to a device with
 from __future__ import annotations
 
 import dataclasses
-import glob
 import hashlib
-import io
 import json
 import os
 import re
+import struct
 import uuid
 import zipfile
 
 import numpy as np
 
 from ..backend import to_host
-from .atomic import atomic_path, atomic_write_text
+from .atomic import atomic_path, atomic_write_text, clean_stale_temporaries
+from .limits import check_memory, loads_json
 
 __all__ = ["save_checkpoint", "load_checkpoint", "checkpoint_paths", "resolve_checkpoint",
            "clean_temporaries", "MAX_CHECKPOINT_BYTES"]
@@ -57,6 +61,8 @@ _VERSION = 2            # 2: metadata inside the npz; version 1 (metadata only i
 _META = "__meta__"
 # 4 GiB: ~1e9 float32 parameters with their AdamW moments -- far above every preset here
 MAX_CHECKPOINT_BYTES = 4 << 30
+_MAX_META_BYTES = 64 << 20      # config + state JSON (a BPE tokenizer's merges are ~100 kB)
+_MAX_DIRECTORY_BYTES = 16 << 20  # the zip's central directory (~100 bytes per member)
 _NAME = re.compile(r"^(params|extra)/[A-Za-z0-9_.\-]{1,200}$")
 # plain numeric dtypes only (no objects, strings, structured or float16 arrays)
 _DTYPES = {np.dtype(t) for t in ("bool", "int8", "int16", "int32", "int64", "uint8", "uint16",
@@ -90,20 +96,15 @@ def resolve_checkpoint(path) -> str:
 
 def clean_temporaries(path) -> list:
     """Remove the temporary files a killed :func:`save_checkpoint` of prefix ``path`` left behind
-    (:func:`tostnp.io.atomic.atomic_path` names them ``.<name>.<random>.tmp<ext>``).
+    (:func:`tostnp.io.atomic.atomic_path` names them ``.<name>.<pid>-<random>.tmp<ext>``); a
+    temporary of another process that still runs is left alone.
 
     Returns the removed paths. Called by every save; call it when a run (re)starts.
     """
     removed = []
     for final in checkpoint_paths(path):
         d = os.path.dirname(os.path.abspath(final))
-        pattern = glob.escape("." + os.path.basename(final) + ".") + "*.tmp*"
-        for tmp in glob.glob(os.path.join(glob.escape(d), pattern)):
-            try:
-                os.unlink(tmp)
-                removed.append(tmp)
-            except FileNotFoundError:
-                pass
+        removed += clean_stale_temporaries(d, os.path.basename(final))
     return removed
 
 
@@ -183,47 +184,78 @@ def _read_sidecar(json_path):
     if not os.path.isfile(json_path):
         return None
     with open(json_path, "rb") as f:
-        try:
-            meta = json.loads(f.read().decode("utf-8"))
-        except (UnicodeDecodeError, json.JSONDecodeError) as e:
-            raise ValueError(f"checkpoint {json_path!r} is corrupted or truncated "
-                             f"(not valid JSON: {e})") from e
+        raw = f.read(_MAX_META_BYTES + 1)
+    try:
+        meta = loads_json(raw, f"checkpoint {json_path!r}", max_bytes=_MAX_META_BYTES)
+    except ValueError as e:
+        raise ValueError(f"{e} (corrupted or truncated)") from None
     if not isinstance(meta, dict) or meta.get("format") != _FORMAT:
         raise ValueError(f"{json_path!r} is not a tostnp checkpoint")
     return meta
 
 
 def _read_member(zf, info, npz_path):
-    """One ``.npy`` member, its header checked against its size before the array is built."""
-    raw = zf.read(info)  # checks the member's CRC-32
-    f = io.BytesIO(raw)
+    """One ``.npy`` member, its header checked against its size before the array is allocated;
+    the bytes are read straight into the array (no second copy)."""
+    with zf.open(info) as f:
+        try:
+            version = np.lib.format.read_magic(f)
+            if version == (1, 0):
+                shape, fortran, dtype = np.lib.format.read_array_header_1_0(f)
+            elif version == (2, 0):
+                shape, fortran, dtype = np.lib.format.read_array_header_2_0(f)
+            else:
+                raise ValueError(f"unsupported .npy version {version}")
+        except ValueError as e:
+            raise ValueError(f"checkpoint {npz_path!r} member {info.filename!r} is not a plain "
+                             f".npy array: {e}") from None
+        if dtype.hasobject:
+            raise ValueError(f"checkpoint {npz_path!r} refused: member {info.filename!r} is an "
+                             f"object (pickled) array; checkpoints hold plain numeric arrays "
+                             f"only and object/pickled arrays are never loaded")
+        if dtype not in _DTYPES:
+            raise ValueError(f"checkpoint {npz_path!r} member {info.filename!r} has dtype "
+                             f"{dtype}; allowed: bool, int8-64, uint8-64, float32, float64")
+        count = 1
+        for s in shape:
+            count *= int(s)
+        header = f.tell()
+        if count * dtype.itemsize != info.file_size - header:
+            raise ValueError(f"checkpoint {npz_path!r} member {info.filename!r} declares shape "
+                             f"{shape} ({count * dtype.itemsize} bytes) but holds "
+                             f"{info.file_size - header} bytes")
+        a = np.empty(count, dtype=dtype)
+        buf = memoryview(a).cast("B")
+        pos = 0
+        while pos < len(buf):
+            chunk = f.read(min(len(buf) - pos, 16 << 20))
+            if not chunk:
+                raise EOFError(f"member {info.filename!r} ends early")
+            buf[pos:pos + len(chunk)] = chunk
+            pos += len(chunk)
+        f.read(1)            # reaching the end checks the member's CRC-32
+    return a.reshape(shape, order="F" if fortran else "C")
+
+
+def _check_directory_size(npz_path) -> None:
+    """Refuse a zip whose central directory (read whole by :mod:`zipfile`) is crafted huge."""
     try:
-        version = np.lib.format.read_magic(f)
-        if version == (1, 0):
-            shape, fortran, dtype = np.lib.format.read_array_header_1_0(f)
-        elif version == (2, 0):
-            shape, fortran, dtype = np.lib.format.read_array_header_2_0(f)
-        else:
-            raise ValueError(f"unsupported .npy version {version}")
-    except ValueError as e:
-        raise ValueError(f"checkpoint {npz_path!r} member {info.filename!r} is not a plain "
-                         f".npy array: {e}") from None
-    if dtype.hasobject:
-        raise ValueError(f"checkpoint {npz_path!r} refused: member {info.filename!r} is an "
-                         f"object (pickled) array; checkpoints hold plain numeric arrays only "
-                         f"and object/pickled arrays are never loaded")
-    if dtype not in _DTYPES:
-        raise ValueError(f"checkpoint {npz_path!r} member {info.filename!r} has dtype {dtype}; "
-                         f"allowed: bool, int8-64, uint8-64, float32, float64")
-    count = 1
-    for s in shape:
-        count *= int(s)
-    if count * dtype.itemsize != len(raw) - f.tell():
-        raise ValueError(f"checkpoint {npz_path!r} member {info.filename!r} declares shape "
-                         f"{shape} ({count * dtype.itemsize} bytes) but holds "
-                         f"{len(raw) - f.tell()} bytes")
-    a = np.frombuffer(raw, dtype=dtype, count=count, offset=f.tell())
-    return a.reshape(shape, order="F" if fortran else "C").copy()
+        with open(npz_path, "rb") as f:
+            end = zipfile._EndRecData(f)
+    except (OSError, zipfile.BadZipFile, struct.error):
+        return                                  # zipfile itself will say what is wrong
+    if end and end[zipfile._ECD_SIZE] > _MAX_DIRECTORY_BYTES:
+        raise ValueError(f"checkpoint {npz_path!r} refused: its zip directory declares "
+                         f"{end[zipfile._ECD_SIZE]:,} bytes, more than the "
+                         f"{_MAX_DIRECTORY_BYTES:,} allowed")
+
+
+def _sha256_file(path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as r:
+        for chunk in iter(lambda: r.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
 
 
 def load_checkpoint(path, *, max_bytes: int = MAX_CHECKPOINT_BYTES):
@@ -233,8 +265,10 @@ def load_checkpoint(path, *, max_bytes: int = MAX_CHECKPOINT_BYTES):
     config and state as saved (JSON round trip: tuples come back as lists).
     Raises FileNotFoundError if the ``.npz`` (or, for version 1, the ``.json``) is missing and
     ValueError if anything does not check out: corrupted or truncated bytes, members other than
-    plain numeric arrays, compressed members, more than ``max_bytes`` of arrays, metadata that is
-    not a tostnp checkpoint.
+    plain numeric arrays, compressed members, more than ``max_bytes`` of arrays or more than the
+    memory available (:func:`tostnp.io.limits.memory_budget`), metadata that is not a tostnp
+    checkpoint or JSON nested too deep. Sizes are checked from the zip directory and the
+    ``.npy`` headers before anything is read; the file is never read whole into memory.
     """
     npz_path, json_path = checkpoint_paths(path)
     if not os.path.isfile(npz_path):
@@ -242,59 +276,73 @@ def load_checkpoint(path, *, max_bytes: int = MAX_CHECKPOINT_BYTES):
                                 f"{os.path.basename(npz_path)}, with the readable copy "
                                 f"{os.path.basename(json_path)} beside it)")
     side = _read_sidecar(json_path)
-    with open(npz_path, "rb") as f:
-        data = f.read()
-    sha = hashlib.sha256(data).hexdigest()
     corrupt = (f"checkpoint {npz_path!r} is corrupted or truncated")
+    _check_directory_size(npz_path)
     try:
-        zf = zipfile.ZipFile(io.BytesIO(data))
+        zf = zipfile.ZipFile(npz_path)
         infos = zf.infolist()
     except (zipfile.BadZipFile, OSError, ValueError, EOFError) as e:
         raise ValueError(f"{corrupt} ({e})") from None
-    names = [i.filename for i in infos]
-    if len(set(names)) != len(names):
-        raise ValueError(f"checkpoint {npz_path!r} refused: duplicate members")
-    total = 0
-    for i in infos:
-        key = i.filename[:-4] if i.filename.endswith(".npy") else None
-        if key is None or not (key == _META or _NAME.match(key)):
-            raise ValueError(f"checkpoint {npz_path!r} refused: unknown member {i.filename!r} "
-                             f"(a checkpoint holds params/<name>, extra/<name> and {_META})")
-        if i.compress_type != zipfile.ZIP_STORED:
-            raise ValueError(f"checkpoint {npz_path!r} refused: member {i.filename!r} is "
-                             f"compressed (tostnp checkpoints are stored uncompressed; a "
-                             f"compressed member could inflate without bound)")
-        total += i.file_size
-    if total > max_bytes:
-        raise ValueError(f"checkpoint {npz_path!r} refused: its arrays declare {total:,} bytes, "
-                         f"more than the limit max_bytes={max_bytes:,}")
-    try:
-        arrays = {i.filename[:-4]: _read_member(zf, i, npz_path) for i in infos}
-    except (zipfile.BadZipFile, EOFError, OSError) as e:
-        raise ValueError(f"{corrupt} ({e})") from None
-
-    meta_arr = arrays.pop(_META, None)
-    if meta_arr is not None:                                   # version 2: metadata inside
-        if meta_arr.dtype != np.uint8 or meta_arr.ndim != 1:
-            raise ValueError(f"checkpoint {npz_path!r} refused: {_META} must be UTF-8 bytes")
+    with zf:
+        names = [i.filename for i in infos]
+        if len(set(names)) != len(names):
+            raise ValueError(f"checkpoint {npz_path!r} refused: duplicate members")
+        total = 0
+        for i in infos:
+            key = i.filename[:-4] if i.filename.endswith(".npy") else None
+            if key is None or not (key == _META or _NAME.match(key)):
+                raise ValueError(f"checkpoint {npz_path!r} refused: unknown member "
+                                 f"{i.filename!r} (a checkpoint holds params/<name>, "
+                                 f"extra/<name> and {_META})")
+            if i.compress_type != zipfile.ZIP_STORED:
+                raise ValueError(f"checkpoint {npz_path!r} refused: member {i.filename!r} is "
+                                 f"compressed (tostnp checkpoints are stored uncompressed; a "
+                                 f"compressed member could inflate without bound)")
+            if key == _META and i.file_size > _MAX_META_BYTES + 128:
+                raise ValueError(f"checkpoint {npz_path!r} refused: member {i.filename!r} "
+                                 f"declares {i.file_size:,} bytes of metadata, more than the "
+                                 f"{_MAX_META_BYTES:,} allowed")
+            total += i.file_size
+        if total > max_bytes:
+            raise ValueError(f"checkpoint {npz_path!r} refused: its arrays declare {total:,} "
+                             f"bytes, more than the limit max_bytes={max_bytes:,}")
+        check_memory(total, f"checkpoint {npz_path!r} (its arrays, from the zip directory)")
         try:
-            meta = json.loads(meta_arr.tobytes().decode("utf-8"))
-        except (UnicodeDecodeError, json.JSONDecodeError) as e:
-            raise ValueError(f"{corrupt} (metadata is not valid JSON: {e})") from None
-        if side is not None and side.get("save_id") == meta.get("save_id") \
-                and side.get("npz_sha256") != sha:
+            metas = [i for i in infos if i.filename == _META + ".npy"]
+            meta_arr = _read_member(zf, metas[0], npz_path) if metas else None
+            meta = None
+            if meta_arr is not None:                           # version 2: metadata inside
+                if meta_arr.dtype != np.uint8 or meta_arr.ndim != 1:
+                    raise ValueError(f"checkpoint {npz_path!r} refused: {_META} must be UTF-8 "
+                                     f"bytes")
+                meta = loads_json(meta_arr.tobytes(), f"checkpoint {npz_path!r} field {_META}",
+                                  max_bytes=_MAX_META_BYTES)
+                _check_meta(meta, npz_path)
+            arrays = {i.filename[:-4]: _read_member(zf, i, npz_path) for i in infos
+                      if i.filename != _META + ".npy"}
+        except (zipfile.BadZipFile, EOFError, OSError) as e:
+            raise ValueError(f"{corrupt} ({e})") from None
+    if meta is not None and side is not None and side.get("save_id") == meta.get("save_id"):
+        if side.get("npz_sha256") != _sha256_file(npz_path):
             raise ValueError(f"{corrupt}: its SHA-256 does not match the one recorded in "
                              f"{json_path!r}")
         # a json copy with another save_id is stale (killed between the two renames): ignored
-    else:                                                      # version 1: metadata in the json
+    if meta is None:                                           # version 1: metadata in the json
         if side is None:
             raise FileNotFoundError(f"checkpoint file {json_path!r} does not exist (a version-1 "
                                     f"checkpoint is the pair {os.path.basename(npz_path)} + "
                                     f"{os.path.basename(json_path)})")
-        if side.get("npz_sha256") != sha:
+        if side.get("npz_sha256") != _sha256_file(npz_path):
             raise ValueError(f"{corrupt}: its SHA-256 does not match the one recorded in "
                              f"{json_path!r}")
         meta = side
+        _check_meta(meta, npz_path)
+    params = {k[7:]: a for k, a in arrays.items() if k.startswith("params/")}
+    extra = {k[6:]: a for k, a in arrays.items() if k.startswith("extra/")}
+    return params, meta["config"], extra, meta["state"]
+
+
+def _check_meta(meta, npz_path) -> None:
     if not isinstance(meta, dict) or meta.get("format") != _FORMAT:
         raise ValueError(f"{npz_path!r} is not a tostnp checkpoint")
     if meta.get("version") not in (1, _VERSION):
@@ -304,7 +352,3 @@ def load_checkpoint(path, *, max_bytes: int = MAX_CHECKPOINT_BYTES):
         if not isinstance(meta.get(key), dict):
             raise ValueError(f"checkpoint {npz_path!r}: metadata field {key!r} must be a JSON "
                              f"object, got {type(meta.get(key)).__name__}")
-    params = {k[7:]: a for k, a in arrays.items() if k.startswith("params/")}
-    extra = {k[6:]: a for k, a in arrays.items() if k.startswith("extra/")}
-    return params, meta["config"], extra, meta["state"]
-

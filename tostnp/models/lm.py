@@ -172,15 +172,20 @@ class _Decoder:
 def _pick(logits, temperature: float, top_k, rng):
     """Next token per row, on the logits' device (no host transfer per token).
 
-    logits (B, V) -> (B,) int64. temperature 0: greedy argmax. Otherwise softmax(logits / T)
+    logits (B, V) -> (B,) int64. temperature 0 (or below the smallest normal number of the
+    logits' dtype, 1.2e-38 in float32, where T itself would round to 0): greedy argmax.
+    Otherwise softmax(logits / T)
     restricted to the top_k largest, sampled by inverse CDF with one uniform per row drawn from
-    the seeded host RNG (so one seed gives the same draws on every backend).
+    the seeded host RNG (so one seed gives the same draws on every backend). The largest logit
+    is subtracted *before* dividing by T: the quotients are then <= 0 and a tiny T sends all but
+    the largest to -inf (never inf - inf = NaN), so T -> 0 is the greedy continuation.
     """
     xp = backend.namespace(logits)
-    if temperature == 0:
-        return xp.astype(xp.argmax(logits, axis=-1), xp.int64)
+    if temperature < xp.finfo(logits.dtype).smallest_normal:   # 0, or not representable
+        return xp.astype(xp.argmax(logits, axis=-1), xp.int64)    # in the logits' dtype
+
     B, V = logits.shape
-    z = logits / temperature                                               # (B, V)
+    z = (logits - xp.max(logits, axis=-1, keepdims=True)) / temperature    # (B, V), <= 0
     if top_k is not None and top_k < V:
         kth = xp.sort(z, axis=-1)[:, V - top_k:V - top_k + 1]              # (B, 1)
         z = xp.where(z < kth, -xp.inf, z)
@@ -204,8 +209,20 @@ def lm_generate(params: dict, cfg: LMConfig, prompt_ids, length: int, *,
     if prompt_ids.ndim != 2 or prompt_ids.shape[1] < 1:
         raise ValueError(f"prompt_ids must have shape (B, T0) with T0 >= 1, got "
                          f"{tuple(prompt_ids.shape)}")
-    if temperature < 0:
-        raise ValueError(f"temperature must be >= 0, got {temperature}")
+    if xp.isdtype(prompt_ids.dtype, "real floating") or xp.isdtype(prompt_ids.dtype, "bool"):
+        raise ValueError(f"prompt_ids must be integer token ids, got dtype {prompt_ids.dtype}")
+    if prompt_ids.shape[0] and (int(xp.min(prompt_ids)) < 0
+                                or int(xp.max(prompt_ids)) >= cfg.vocab_size):
+        raise ValueError(f"prompt_ids must be token ids in [0, {cfg.vocab_size - 1}] "
+                         f"(vocab_size {cfg.vocab_size}), got values in "
+                         f"[{int(xp.min(prompt_ids))}, {int(xp.max(prompt_ids))}]")
+    try:
+        t_ok = not isinstance(temperature, bool) and math.isfinite(float(temperature)) \
+            and float(temperature) >= 0
+    except (TypeError, ValueError):
+        t_ok = False
+    if not t_ok:
+        raise ValueError(f"temperature must be a finite number >= 0, got {temperature!r}")
     if top_k is not None and top_k < 1:
         raise ValueError(f"top_k must be >= 1 or None, got {top_k}")
     if length < 0:

@@ -7,17 +7,9 @@ from .. import backend
 from ..io.checkpoint import load_checkpoint, resolve_checkpoint
 from ..nn.params import check_params
 from .configs import config_from_dict
+from .memory import param_lower_bound, param_terms
 from .vision import vision_init
 from .lm import lm_init
-
-
-def _min_param_count(kind, cfg) -> int:
-    """A lower bound on the parameters ``cfg`` declares (the matrices only), from its sizes."""
-    C = cfg.width
-    per_block = C * C * (2 + 2 * cfg.mlp_ratio)               # W_u, W_o, mlp.W1, mlp.W2
-    if kind == "vision":
-        return cfg.depth * per_block + C * cfg.num_classes                  # + head
-    return cfg.depth * per_block + cfg.vocab_size * C                       # + token embedding
 
 
 def read_model_checkpoint(path: str, expect_kind: str | None = None):
@@ -39,15 +31,18 @@ def read_model_checkpoint(path: str, expect_kind: str | None = None):
     if expect_kind is not None and kind != expect_kind:
         raise ValueError(f"{where} is a {kind!r} checkpoint, not {expect_kind!r}")
     stored = sum(int(a.size) for a in host.values())
-    need = _min_param_count(kind, cfg)
+    need = param_lower_bound(kind, cfg)       # registers and position tables included
     if need > stored:
-        raise ValueError(f"{where}: its model config declares at least {need:,} parameters but "
-                         f"the file holds {stored:,} (config and arrays disagree)")
-    init = vision_init if kind == "vision" else lm_init
-    ref = init(cfg, backend.RNG(0), backend.get_xp("cpu"))    # bounded by the check above
+        terms = param_terms(kind, cfg)
+        big = max(terms, key=terms.get)
+        raise ValueError(f"{where}: its model config declares at least {need:,} parameters "
+                         f"({big} = {terms[big]:,}) but the file holds {stored:,} (config and "
+                         f"arrays disagree)")
     dtype = next(iter(host.values())).dtype if host else None
     if dtype not in (np.float32, np.float64):
         raise ValueError(f"{where}: parameters must be float32 or float64, got {dtype}")
+    init = vision_init if kind == "vision" else lm_init
+    ref = init(cfg, backend.RNG(0), backend.get_xp("cpu"))    # no larger than what was read
     try:
         check_params(host, {k: (tuple(r.shape), True) for k, r in ref.items()}, dtype, where)
     except TypeError as e:

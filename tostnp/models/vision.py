@@ -249,8 +249,14 @@ def vision_loss_and_grads(params: dict, images, labels, cfg: VisionConfig,
 
 
 def vision_predict(params: dict, images, cfg: VisionConfig, batch_size: int = 512):
-    """Class predictions (B,) int, computed in chunks of ``batch_size`` images."""
+    """Class predictions (B,) int, computed in chunks of ``batch_size`` images.
+
+    Images holding NaN or Inf are refused (argmax over NaN logits would answer class 0)."""
     xp = backend.namespace(images)
+    if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
+        raise ValueError(f"batch_size must be an int >= 1, got {batch_size!r}")
+    if xp.isdtype(images.dtype, "real floating") and not bool(xp.all(xp.isfinite(images))):
+        raise ValueError("images holds NaN or Inf; vision_predict needs finite pixel values")
     out = []
     for s in range(0, images.shape[0], batch_size):
         logits, _ = vision_forward(images[s:s + batch_size], params, cfg)

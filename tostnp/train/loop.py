@@ -45,12 +45,20 @@ from dataclasses import dataclass, asdict
 
 from .. import backend
 from ..io import checkpoint as ckpt
-from ..io.atomic import atomic_write_text
+from ..io.atomic import atomic_write_text, clean_stale_temporaries
+from ..io.limits import check_memory, loads_json
+from ..io.runlock import run_lock
 from .optim import AdamW, lr_schedule, clip_grad_norm, default_no_decay
 from ..nn.params import sub, prefixed
 
 __all__ = ["TrainConfig", "train", "read_metrics", "TrainingInterrupted",
            "TrainingDiverged", "TrainingIOError"]
+
+
+# Upper limits (a checkpoint's settings or an option must not run away): a billion updates and
+# a million examples per batch; the memory estimate (tostnp.models.memory) bounds the batch more.
+MAX_STEPS = 10 ** 9
+MAX_BATCH = 1 << 20
 
 
 class TrainingInterrupted(Exception):
@@ -118,6 +126,9 @@ class TrainConfig:
                                  f"got {v!r}")
         for f in ("steps", "batch_size"):
             integer(f, 1)
+        for f, hi in (("steps", MAX_STEPS), ("batch_size", MAX_BATCH), ("seed", 2 ** 63 - 1)):
+            if getattr(self, f) > hi:
+                raise ValueError(f"{f} must be at most {hi:,}, got {getattr(self, f)!r}")
         for f in ("warmup_steps", "eval_every", "log_every", "seed"):
             integer(f, 0)
         integer("checkpoint_every", 0, none_ok=True)
@@ -151,8 +162,10 @@ def read_metrics(path: str) -> list:
     """The records of a metrics.jsonl file (a list of dicts).
 
     A torn last line (a run killed, or a disk that filled up, in the middle of a write) is
-    dropped with a warning; a bad line anywhere else raises ValueError naming the line.
+    dropped with a warning; a bad line anywhere else (not JSON, nested too deep, over 1 MB)
+    raises ValueError naming the line.
     """
+    check_memory(2 * os.path.getsize(path), f"reading {path}")
     with open(path, "rb") as f:
         lines = f.read().split(b"\n")
     records = []
@@ -161,7 +174,7 @@ def read_metrics(path: str) -> list:
         if not ln.strip():
             continue
         try:
-            rec = json.loads(ln.decode("utf-8"))
+            rec = loads_json(ln, "the line", max_bytes=1 << 20)
             if not isinstance(rec, dict) or not isinstance(rec.get("step"), int):
                 raise ValueError("not a record with an integer 'step'")
         except (UnicodeDecodeError, ValueError) as e:
@@ -250,10 +263,15 @@ def train(task, tcfg: TrainConfig, out_dir: str, *, resume: bool = False,
     except OSError as e:
         raise TrainingIOError(e.errno, f"cannot create the run directory {out_dir!r}: "
                                        f"{e.strerror or e}") from None
+    with run_lock(out_dir, "train"):          # one writer per run directory
+        return _train(task, tcfg, out_dir, resume, progress, plot, init_params)
+
+
+def _train(task, tcfg, out_dir, resume, progress, plot, init_params) -> dict:
     ckpt_path = os.path.join(out_dir, "checkpoint")                     # prefix: .npz + .json
     metrics_path = os.path.join(out_dir, "metrics.jsonl")
     xp, device, dtype = task.xp, task.device, task.dtype
-    ckpt.clean_temporaries(ckpt_path)       # left by a run killed while saving
+    clean_stale_temporaries(out_dir)        # left by a run killed while saving
 
     if resume:
         if not os.path.exists(ckpt_path + ".npz"):
@@ -380,6 +398,10 @@ def _check_resume_state(state, tcfg, where) -> int:
                          f"[0, {tcfg.steps}], got {step!r}")
     if state["data_state"] is not None and not isinstance(state["data_state"], dict):
         raise ValueError(f"checkpoint {where}.npz: data_state must be a JSON object or null")
+    if tcfg.stop_at is not None and tcfg.stop_at < step:
+        raise ValueError(f"--stop-at {tcfg.stop_at} is before the checkpoint's step {step} "
+                         f"(in {where}.npz); give a later step, or leave --stop-at out to run "
+                         f"to step {tcfg.steps}")
     return step
 
 

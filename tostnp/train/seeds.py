@@ -14,7 +14,10 @@ from __future__ import annotations
 import math
 from typing import Callable, Iterable
 
-__all__ = ["parse_seeds", "run_over_seeds", "summarise"]
+__all__ = ["parse_seeds", "run_over_seeds", "summarise", "MAX_SEEDS", "MAX_SEED"]
+
+MAX_SEEDS = 1000           # runs in one call (each is a whole training run)
+MAX_SEED = 2 ** 32 - 1
 
 
 def parse_seeds(text: str | int | Iterable[int]) -> list[int]:
@@ -41,9 +44,14 @@ def parse_seeds(text: str | int | Iterable[int]) -> list[int]:
                 raise ValueError(f"seeds: expected text like '0-4' or '0,2,7', got {text!r}") from None
             if b < a:
                 raise ValueError(f"seeds: range {part!r} runs backwards in {text!r}")
+            if b > MAX_SEED or len(seeds) + (b - a + 1) > MAX_SEEDS:
+                raise ValueError(f"seeds: {text!r} asks for more than {MAX_SEEDS} seeds or a "
+                                 f"seed above {MAX_SEED}")
             seeds.extend(range(a, b + 1))
     else:
         seeds = [int(s) for s in text]
+    if len(seeds) > MAX_SEEDS or any(s > MAX_SEED for s in seeds):
+        raise ValueError(f"seeds: at most {MAX_SEEDS} seeds, each at most {MAX_SEED}")
     if not seeds:
         raise ValueError("seeds: no seed given")
     if any(s < 0 for s in seeds):

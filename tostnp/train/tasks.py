@@ -130,9 +130,20 @@ class VisionTask:
         return {"rng": self.rng.get_state(), "pos": self.pos}, {"perm": self.perm}
 
     def set_data_state(self, state, arrays):
+        n = len(self.X_train)
+        perm, pos = arrays.get("perm"), state.get("pos")
+        if not (isinstance(perm, np.ndarray) and perm.ndim == 1 and perm.shape[0] == n
+                and np.issubdtype(perm.dtype, np.integer)
+                and np.array_equal(np.sort(perm), np.arange(n))):
+            raise ValueError(f"data state 'perm' must be a permutation of the {n} training "
+                             f"images (integers 0..{n - 1}, each once), got "
+                             f"{getattr(perm, 'dtype', type(perm).__name__)} of shape "
+                             f"{getattr(perm, 'shape', None)}")
+        if isinstance(pos, bool) or not isinstance(pos, int) or not 0 <= pos <= n:
+            raise ValueError(f"data state 'pos' must be an int in [0, {n}], got {pos!r}")
         self.rng.set_state(state["rng"])
-        self.pos = int(state["pos"])
-        self.perm = np.asarray(arrays["perm"])
+        self.pos = pos
+        self.perm = perm.astype(np.int64)
 
     def meta(self) -> dict:
         return {"data": self.data_name, "augment_shift": self.augment_shift, **self.extra_meta}

@@ -2,13 +2,13 @@
 read, reading into tostnp parameters, atomic writing (:mod:`tostnp.io.atomic`)."""
 from __future__ import annotations
 
-import json
 import math
 import os
 import struct
 
 import numpy as np
 
+from ..limits import check_memory, loads_json
 from .layout import InterchangeError, infer_config, strip_wrappers
 from .mapping import check_layout, from_published
 
@@ -49,28 +49,45 @@ def read_header(path: str) -> dict:
     except OSError as e:
         raise InterchangeError(f"{path}: cannot read ({e.strerror or e})") from None
     try:
-        header = json.loads(raw.decode("utf-8"))
-    except (UnicodeDecodeError, json.JSONDecodeError):
-        raise InterchangeError(f"{path}: not a safetensors file (the header is not JSON)") from None
+        header = loads_json(raw, f"{path}: safetensors header", max_bytes=MAX_HEADER_BYTES)
+    except ValueError as e:
+        raise InterchangeError(f"{e}; not a safetensors file") from None
     if not isinstance(header, dict):
         raise InterchangeError(f"{path}: not a safetensors file (the header is not a JSON object)")
+    meta = header.get("__metadata__", {})
+    if not isinstance(meta, dict) or not all(isinstance(v, str) for v in meta.values()):
+        raise InterchangeError(f"{path}: field '__metadata__' must map names to strings")
     data_len = size - 8 - n
+    total = 0
     for name, e in header.items():
         if name == "__metadata__":
             continue
-        if not (isinstance(e, dict) and isinstance(e.get("shape"), list)
-                and isinstance(e.get("data_offsets"), list) and len(e["data_offsets"]) == 2
-                and isinstance(e.get("dtype"), str)):
-            raise InterchangeError(f"{path}: not a safetensors file (bad entry for {name!r})")
+        if not (isinstance(e, dict) and isinstance(e.get("dtype"), str)):
+            raise InterchangeError(f"{path}: tensor {name!r} has no 'dtype' string")
         if e["dtype"] not in _ST_DTYPES:
-            raise InterchangeError(f"tensor {name!r} has dtype {e['dtype']}, expected F32 "
-                                   f"(float32), F64 or I64 (BatchNorm counts)")
-        a, b = e["data_offsets"]
-        count = math.prod(int(s) for s in e["shape"])
-        if not (0 <= a <= b <= data_len
-                and b - a == count * np.dtype(_ST_DTYPES[e["dtype"]]).itemsize):
-            raise InterchangeError(f"{path}: not a safetensors file (tensor {name!r} does not fit "
-                                   f"its data range)")
+            raise InterchangeError(f"{path}: tensor {name!r} has dtype {e['dtype']}, expected "
+                                   f"F32 (float32), F64 or I64 (BatchNorm counts)")
+        shape, offs = e.get("shape"), e.get("data_offsets")
+        if not (isinstance(shape, list) and len(shape) <= 8 and all(
+                isinstance(s, int) and not isinstance(s, bool) and 0 <= s < 2 ** 40
+                for s in shape)):
+            raise InterchangeError(f"{path}: tensor {name!r} field 'shape' must be a list of at "
+                                   f"most 8 integers >= 0, got {str(shape)[:80]}")
+        if not (isinstance(offs, list) and len(offs) == 2 and all(
+                isinstance(o, int) and not isinstance(o, bool) for o in offs)):
+            raise InterchangeError(f"{path}: tensor {name!r} field 'data_offsets' must be two "
+                                   f"integers [begin, end], got {str(offs)[:80]}")
+        a, b = offs
+        nbytes = math.prod(shape) * np.dtype(_ST_DTYPES[e["dtype"]]).itemsize
+        if not 0 <= a <= b <= data_len:
+            raise InterchangeError(f"{path}: tensor {name!r} field 'data_offsets' {offs} lies "
+                                   f"outside the file's {data_len}-byte data")
+        if b - a != nbytes:
+            raise InterchangeError(f"{path}: tensor {name!r} field 'data_offsets' {offs} holds "
+                                   f"{b - a} bytes but its shape {shape} and dtype "
+                                   f"{e['dtype']} need {nbytes}")
+        total += nbytes
+    check_memory(total, f"{path} (its tensors, from the header)")
     return header
 
 
