@@ -10,7 +10,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, fields, replace
 
-from ..nn.mixers import check_mixer
+from ..nn.params import check_mixer
 
 __all__ = ["VisionConfig", "LMConfig", "SeqConfig", "VISION_CONFIGS", "LM_CONFIGS", "get_vision_config",
            "get_lm_config", "VisionTrainPreset", "LMTrainPreset", "VISION_TRAIN_PRESETS",
@@ -110,7 +110,7 @@ class VisionConfig:
             if getattr(self, f) not in choices:
                 raise ValueError(f"{f} must be one of {choices}, got {getattr(self, f)!r}")
         if self.stem == "conv":
-            from ..nn.stem import stem_channels
+            from ..nn.params import stem_channels
             stem_channels(self.in_chans, self.width, self.patch_size)   # ValueError if unfit
         check_mixer(self.mixer)
         if isinstance(self.num_registers, bool) or not isinstance(self.num_registers, int) \

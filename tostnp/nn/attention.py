@@ -15,8 +15,8 @@ import math
 
 from .. import backend
 from ..backend.validate import check_array
-from .params import check_params
-from .layers import linear_forward, linear_backward
+from .params import check_params, qkv_spec
+from .layers import _linear_forward, linear_backward
 
 __all__ = [
     "softmax_attention_forward", "softmax_attention_backward",
@@ -36,11 +36,6 @@ def _check_x_heads(x, num_heads, where):
         raise ValueError(f"{where}: num_heads = {num_heads} must divide the width C = {x.shape[2]} "
                          f"of x (B, N, C)")
     return xp
-
-
-def _qkv_spec(C):
-    return {"W_qkv": ((C, 3 * C), True), "b_qkv": ((3 * C,), False),
-            "W_o": ((C, C), True), "b_o": ((C,), False)}
 
 
 def _split(xp, a, m, h):
@@ -160,14 +155,20 @@ def softmax_attention_forward(x, params, num_heads, causal=False):
     """
     xp = _check_x_heads(x, num_heads, "softmax_attention")
     C = x.shape[2]
-    check_params(params, _qkv_spec(C), x.dtype, "softmax_attention")
+    check_params(params, qkv_spec(C), x.dtype, "softmax_attention")
+    return _softmax_attention_forward(x, params, num_heads, causal)
+
+
+def _softmax_attention_forward(x, params, num_heads, causal=False):
+    xp = backend.namespace(x)
+    C = x.shape[2]
     scale = 1.0 / math.sqrt(C // num_heads)
-    qkv, c_qkv = linear_forward(x, params["W_qkv"], params.get("b_qkv"))   # (B, N, 3C)
+    qkv, c_qkv = _linear_forward(x, params["W_qkv"], params.get("b_qkv"))   # (B, N, 3C)
     a = _split(xp, qkv, 3, num_heads)                              # (3, B, h, N, p)
     qs, k, v = a[0, ...] * scale, a[1, ...], a[2, ...]             # (B, h, N, p) each
     o, A = _softmax_core_forward(xp, qs, k, v, causal)             # (B, h, N, p)
     om = _merge(xp, [o])                                           # (B, N, C)
-    y, c_o = linear_forward(om, params["W_o"], params.get("b_o"))  # (B, N, C)
+    y, c_o = _linear_forward(om, params["W_o"], params.get("b_o"))  # (B, N, C)
     return y, (c_qkv, c_o, qs, k, v, A, o, scale)
 
 
@@ -285,8 +286,13 @@ def linear_attention_forward(x, params, num_heads, causal=False):
     """
     xp = _check_x_heads(x, num_heads, "linear_attention")
     C = x.shape[2]
-    check_params(params, _qkv_spec(C), x.dtype, "linear_attention")
-    qkv, c_qkv = linear_forward(x, params["W_qkv"], params.get("b_qkv"))   # (B, N, 3C)
+    check_params(params, qkv_spec(C), x.dtype, "linear_attention")
+    return _linear_attention_forward(x, params, num_heads, causal)
+
+
+def _linear_attention_forward(x, params, num_heads, causal=False):
+    xp = backend.namespace(x)
+    qkv, c_qkv = _linear_forward(x, params["W_qkv"], params.get("b_qkv"))   # (B, N, 3C)
     a = _split(xp, qkv, 3, num_heads)                              # (3, B, h, N, p)
     Q, dQphi = _phi(xp, a[0, ...])                                 # (B, h, N, p)
     K, dKphi = _phi(xp, a[1, ...])                                 # (B, h, N, p)
@@ -299,7 +305,7 @@ def linear_attention_forward(x, params, num_heads, causal=False):
         den = Q @ xp.matrix_transpose(z)                           # (B, h, N, 1)
         o = (Q @ S) / den                                          # (B, h, N, p)
         saved = (Q, K, v, S, z, den, o)
-    y, c_o = linear_forward(_merge(xp, [o]), params["W_o"], params.get("b_o"))
+    y, c_o = _linear_forward(_merge(xp, [o]), params["W_o"], params.get("b_o"))
     return y, (c_qkv, c_o, dQphi, dKphi, saved, causal)
 
 

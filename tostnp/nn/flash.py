@@ -34,9 +34,9 @@ from __future__ import annotations
 import math
 
 from .. import backend
-from .attention import _check_x_heads, _qkv_spec, _split, _merge, _rename
-from .params import check_params
-from .layers import linear_forward, linear_backward
+from .attention import _check_x_heads, _split, _merge, _rename
+from .params import check_params, qkv_spec
+from .layers import _linear_forward, linear_backward
 
 __all__ = ["flash_attention_forward", "flash_attention_backward"]
 
@@ -140,13 +140,19 @@ def flash_attention_forward(x, params, num_heads, causal=False):
     if x.shape[1] < 1:
         raise ValueError(f"flash_attention: x must have at least one token, got shape "
                          f"{tuple(x.shape)}")
-    check_params(params, _qkv_spec(C), x.dtype, "flash_attention")
+    check_params(params, qkv_spec(C), x.dtype, "flash_attention")
+    return _flash_attention_forward(x, params, num_heads, causal)
+
+
+def _flash_attention_forward(x, params, num_heads, causal=False):
+    xp = backend.namespace(x)
+    C = x.shape[2]
     scale = 1.0 / math.sqrt(C // num_heads)
-    qkv, c_qkv = linear_forward(x, params["W_qkv"], params.get("b_qkv"))   # (B, N, 3C)
+    qkv, c_qkv = _linear_forward(x, params["W_qkv"], params.get("b_qkv"))   # (B, N, 3C)
     a = _split(xp, qkv, 3, num_heads)                              # (3, B, h, N, p)
     qs, k, v = a[0, ...] * scale, a[1, ...], a[2, ...]             # (B, h, N, p) each
     o, L = _flash_core_forward(xp, qs, k, v, causal)               # (B, h, N, p), (B, h, N, 1)
-    y, c_o = linear_forward(_merge(xp, [o]), params["W_o"], params.get("b_o"))   # (B, N, C)
+    y, c_o = _linear_forward(_merge(xp, [o]), params["W_o"], params.get("b_o"))   # (B, N, C)
     return y, (c_qkv, c_o, qs, k, v, o, L, scale, causal)
 
 
