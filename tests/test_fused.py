@@ -14,6 +14,7 @@ import pytest
 from tostnp import backend
 from tostnp.nn import layers as L
 from tostnp.train.optim import AdamW
+from references import rel_err as rel
 
 TOL = {np.float64: 1e-12, np.float32: 2e-5}
 SHAPES = [(7,), (3, 5), (2, 9, 16), (4, 3, 2, 33)]
@@ -26,12 +27,6 @@ def plain():
         yield
     finally:
         backend.set_fast(old)
-
-
-def rel(a, b):
-    a, b = np.asarray(a, np.float64), np.asarray(b, np.float64)
-    assert a.shape == b.shape
-    return float(np.max(np.abs(a - b)) / max(1e-30, np.max(np.abs(b))))
 
 
 def both(fwd, bwd, args, dy):
