@@ -48,8 +48,8 @@ __all__ = [
 def sum_leading(xp, a):
     """Sum over every axis but the last: (..., C) -> (C,) (bias and scale gradients)."""
     fast = backend.fused(xp)
-    if fast is not None:                         # NumPy: as ones @ a (tostnp.backend.kernels.sum_rows)
-        return fast.sum_rows(a)
+    if fast is not None:                         # NumPy: as ones @ a (tostnp.backend.kernels.sum_leading)
+        return fast.sum_leading(a)
     return xp.sum(xp.reshape(a, (-1, a.shape[-1])), axis=0)
 
 
@@ -174,7 +174,11 @@ _GELU_B = 0.044715
 
 
 def gelu_forward(x):
-    """y = 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))).  x: (...) -> y: (...)."""
+    """y = 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))).  x: (...) -> y: (...).
+
+    Written as y = x s with the gate s = 0.5 (1 + tanh(u)) = sigmoid(2u), u = sqrt(2/pi) (x +
+    0.044715 x^3); the cache holds (x, s) on the plain and the fast path alike.
+    """
     check_array(x, "x", shape_desc="(...)")
     return _gelu_forward(x)
 
@@ -183,22 +187,23 @@ def _gelu_forward(x):
     xp = backend.namespace(x)
     fast = backend.fused(xp)
     if fast is not None:                         # NumPy: same y, fewer passes (tostnp.backend.kernels)
-        y, s = fast.gelu_tanh_forward(x)
+        y, s = fast.gelu_forward(x)
         return y, (x, s, fast)
-    t = xp.tanh(_GELU_A * (x + _GELU_B * (x * x * x)))             # (...)
-    y = 0.5 * x * (1.0 + t)
-    return y, (x, t, None)
+    u = _GELU_A * (x + _GELU_B * (x * x * x))                      # (...)
+    s = 0.5 * (1.0 + xp.tanh(u))                                   # (...) = sigmoid(2u)
+    return x * s, (x, s, None)
 
 
 def gelu_backward(dy, cache):
     """dy: (...) -> dx (...), {}.
 
-    dy/dx = 0.5 (1 + t) + 0.5 x (1 - t^2) sqrt(2/pi) (1 + 3 * 0.044715 x^2).
+    With s = 0.5 (1 + tanh u): ds/dx = 0.5 (1 - tanh^2 u) u' = 2 s (1 - s) u', so
+    dy/dx = s + x ds/dx = s (1 + 2 sqrt(2/pi) x (1 - s) (1 + 3 * 0.044715 x^2)).
     """
-    x, t, fast = cache
+    x, s, fast = cache
     if fast is not None:
-        return fast.gelu_tanh_backward(dy, x, t), {}      # t holds sigmoid(2u) on this path
-    dydx = 0.5 * (1.0 + t) + (0.5 * _GELU_A) * x * (1.0 - t * t) * (1.0 + (3.0 * _GELU_B) * (x * x))
+        return fast.gelu_backward(dy, x, s), {}
+    dydx = s * (1.0 + (2.0 * _GELU_A) * x * (1.0 - s) * (1.0 + (3.0 * _GELU_B) * (x * x)))
     return dy * dydx, {}
 
 

@@ -23,7 +23,7 @@ g_denom_bias[k, t] = p * sum_b g_q[b, t, k] (the bias sits inside the p-term sum
 """
 from __future__ import annotations
 
-from ..backend import namespace, device_of
+from ..backend import namespace, device_of, tuning
 from ..backend.validate import check_array
 from .layers import sum_leading
 from .tssa_heads import (check_tssa_params, check_width, head_indicator, head_sums, per_coord,
@@ -36,7 +36,6 @@ __all__ = ["tssa_decode_init", "tssa_decode_step"]
 # --------------------------------------------------------------------------------------------
 # prefix and suffix sums along the token axis, O(T)
 # --------------------------------------------------------------------------------------------
-_SCAN_BLOCK = 32     # tokens per block of the blocked scan (tests shrink it to exercise blocks)
 
 
 def _scan(a, xp, reverse: bool = False):
@@ -50,7 +49,7 @@ def _scan(a, xp, reverse: bool = False):
     and more accurate in float32 (sums of L terms, then T/L terms).
     """
     B, T, F = a.shape
-    L = _SCAN_BLOCK
+    L = tuning.SCAN_BLOCK                    # tokens per block (tostnp.backend.tuning)
     nb = T // L
     if nb < 2:
         if reverse:
