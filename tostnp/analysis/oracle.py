@@ -50,14 +50,19 @@ def coding_rate(Z, eps):
     return 0.5 * sum(np.log(1.0 + d / (n * eps**2) * max(l, 0.0)) for l in lam)
 
 
+def _groups(Pi):
+    """(k, n_k) for every group k of weight n_k = sum_j Pi_jk > 0 (empty groups add nothing)."""
+    for k in range(Pi.shape[1]):
+        n_k = sum(Pi[j, k] for j in range(Pi.shape[0]))
+        if n_k != 0:
+            yield k, n_k
+
+
 def compression(Z, Pi, eps):
     """R_c(Z, Pi): the coding rate of each group's weighted covariance, one group at a time."""
     n, d = Z.shape
     total = 0.0
-    for k in range(Pi.shape[1]):
-        n_k = sum(Pi[j, k] for j in range(n))
-        if n_k == 0:
-            continue
+    for k, n_k in _groups(Pi):
         cov = sum(Pi[j, k] * np.outer(Z[j], Z[j]) for j in range(n))       # (d, d)
         lam = np.linalg.eigvalsh(cov)
         total += (n_k / n) * sum(np.log(1.0 + d / (n_k * eps**2) * max(l, 0.0)) for l in lam)
@@ -74,10 +79,7 @@ def variational_compression(Z, Pi, U, eps):
     """R^var_c(Z, Pi | U) with loops over groups, directions and tokens (empty groups add 0)."""
     n, d = Z.shape
     total = 0.0
-    for k in range(U.shape[0]):
-        n_k = sum(Pi[j, k] for j in range(n))
-        if n_k == 0:
-            continue
+    for k, n_k in _groups(Pi):
         for i in range(U.shape[2]):
             stat = sum(Pi[j, k] * (Z[j] @ U[k, :, i]) ** 2 for j in range(n)) / n_k
             total += (n_k / n) * np.log(1.0 + d / eps**2 * stat)

@@ -28,6 +28,21 @@ __all__ = [
 # ---------------------------------------------------------------------------------------------
 # helpers
 # ---------------------------------------------------------------------------------------------
+def _check_qkv_layer(x, params, num_heads, where):
+    """The door of the three attention layers: x (B, N, C) and params {"W_qkv", "b_qkv",
+    "W_o", "b_o"} of width C."""
+    _check_x_heads(x, num_heads, where)
+    check_params(params, qkv_spec(x.shape[2]), x.dtype, where)
+
+
+def _qkv_heads(x, params, num_heads):
+    """The input projection, split into heads -> (xp, q, k, v (B, h, N, p) each, its cache)."""
+    xp = backend.namespace(x)
+    qkv, c_qkv = _linear_forward(x, params["W_qkv"], params.get("b_qkv"))   # (B, N, 3C)
+    a = _split(xp, qkv, 3, num_heads)                              # (3, B, h, N, p)
+    return xp, a[0, ...], a[1, ...], a[2, ...], c_qkv
+
+
 def _check_x_heads(x, num_heads, where):
     """x must be (B, N, C) floating and num_heads a positive int dividing C. Returns xp."""
     xp = check_array(x, "x", ndim=3, shape_desc="(B, N, C)")
@@ -153,23 +168,24 @@ def softmax_attention_forward(x, params, num_heads, causal=False):
     when causal, are kept for the backward pass; other temporaries stay below
     tuning.ATTENTION_BLOCK_ELEMS elements.
     """
-    xp = _check_x_heads(x, num_heads, "softmax_attention")
-    C = x.shape[2]
-    check_params(params, qkv_spec(C), x.dtype, "softmax_attention")
+    _check_qkv_layer(x, params, num_heads, "softmax_attention")
     return _softmax_attention_forward(x, params, num_heads, causal)
 
 
 def _softmax_attention_forward(x, params, num_heads, causal=False):
-    xp = backend.namespace(x)
-    C = x.shape[2]
-    scale = 1.0 / math.sqrt(C // num_heads)
-    qkv, c_qkv = _linear_forward(x, params["W_qkv"], params.get("b_qkv"))   # (B, N, 3C)
-    a = _split(xp, qkv, 3, num_heads)                              # (3, B, h, N, p)
-    qs, k, v = a[0, ...] * scale, a[1, ...], a[2, ...]             # (B, h, N, p) each
-    o, A = _softmax_core_forward(xp, qs, k, v, causal)             # (B, h, N, p)
-    om = _merge(xp, [o])                                           # (B, N, C)
-    y, c_o = _linear_forward(om, params["W_o"], params.get("b_o"))  # (B, N, C)
-    return y, (c_qkv, c_o, qs, k, v, A, o, scale)
+    return _around_core(_softmax_core_forward, x, params, num_heads, causal)
+
+
+def _around_core(core, x, params, num_heads, causal):
+    """Softmax attention around ``core`` (the N x N form here, the blocked one in flash.py):
+    project to heads, scale q by 1/sqrt(p), ``core`` -> o (B, h, N, p) and what its backward
+    keeps, merge the heads, W_o -> (y (B, N, C), cache)."""
+    xp, q, k, v, c_qkv = _qkv_heads(x, params, num_heads)         # (B, h, N, p) each
+    scale = 1.0 / math.sqrt(q.shape[-1])
+    qs = q * scale
+    o, kept = core(xp, qs, k, v, causal)                           # (B, h, N, p)
+    y, c_o = _linear_forward(_merge(xp, [o]), params["W_o"], params.get("b_o"))   # (B, N, C)
+    return y, (c_qkv, c_o, qs, k, v, kept, o, scale)
 
 
 def softmax_attention_backward(dy, cache):
@@ -281,19 +297,14 @@ def linear_attention_forward(x, params, num_heads, causal=False):
     There is no epsilon in the denominator (phi > 0), as in the formula; inputs so negative
     that every phi(q_i) underflows to 0 give 0/0.
     """
-    xp = _check_x_heads(x, num_heads, "linear_attention")
-    C = x.shape[2]
-    check_params(params, qkv_spec(C), x.dtype, "linear_attention")
+    _check_qkv_layer(x, params, num_heads, "linear_attention")
     return _linear_attention_forward(x, params, num_heads, causal)
 
 
 def _linear_attention_forward(x, params, num_heads, causal=False):
-    xp = backend.namespace(x)
-    qkv, c_qkv = _linear_forward(x, params["W_qkv"], params.get("b_qkv"))   # (B, N, 3C)
-    a = _split(xp, qkv, 3, num_heads)                              # (3, B, h, N, p)
-    Q, dQphi = _phi(xp, a[0, ...])                                 # (B, h, N, p)
-    K, dKphi = _phi(xp, a[1, ...])                                 # (B, h, N, p)
-    v = a[2, ...]                                                  # (B, h, N, p)
+    xp, q, k, v, c_qkv = _qkv_heads(x, params, num_heads)         # (B, h, N, p) each
+    Q, dQphi = _phi(xp, q)                                         # (B, h, N, p)
+    K, dKphi = _phi(xp, k)                                         # (B, h, N, p)
     if causal:
         o, saved = _causal_linear_forward(xp, Q, K, v)             # (B, h, N, p)
     else:

@@ -36,9 +36,8 @@ import math
 
 from .. import backend
 from ..backend import tuning
-from .attention import _check_x_heads, _split, _merge, _rename
-from .params import check_params, qkv_spec
-from .layers import _linear_forward, linear_backward
+from .attention import _check_qkv_layer, _around_core, _split, _merge, _rename
+from .layers import linear_backward
 
 __all__ = ["flash_attention_forward", "flash_attention_backward"]
 
@@ -134,30 +133,21 @@ def flash_attention_forward(x, params, num_heads, causal=False):
     num_heads: h dividing C; causal: query i sees keys j <= i -> y: (B, N, C), cache.
     The cache holds q, k, v, o (B, h, N, p) and L (B, h, N, 1): no N x N array.
     """
-    xp = _check_x_heads(x, num_heads, "flash_attention")
-    C = x.shape[2]
+    _check_qkv_layer(x, params, num_heads, "flash_attention")
     if x.shape[1] < 1:
         raise ValueError(f"flash_attention: x must have at least one token, got shape "
                          f"{tuple(x.shape)}")
-    check_params(params, qkv_spec(C), x.dtype, "flash_attention")
     return _flash_attention_forward(x, params, num_heads, causal)
 
 
 def _flash_attention_forward(x, params, num_heads, causal=False):
-    xp = backend.namespace(x)
-    C = x.shape[2]
-    scale = 1.0 / math.sqrt(C // num_heads)
-    qkv, c_qkv = _linear_forward(x, params["W_qkv"], params.get("b_qkv"))   # (B, N, 3C)
-    a = _split(xp, qkv, 3, num_heads)                              # (3, B, h, N, p)
-    qs, k, v = a[0, ...] * scale, a[1, ...], a[2, ...]             # (B, h, N, p) each
-    o, L = _flash_core_forward(xp, qs, k, v, causal)               # (B, h, N, p), (B, h, N, 1)
-    y, c_o = _linear_forward(_merge(xp, [o]), params["W_o"], params.get("b_o"))   # (B, N, C)
-    return y, (c_qkv, c_o, qs, k, v, o, L, scale, causal)
+    y, cache = _around_core(_flash_core_forward, x, params, num_heads, causal)  # L (B, h, N, 1)
+    return y, cache + (causal,)
 
 
 def flash_attention_backward(dy, cache):
     """dy: (B, N, C) -> dx (B, N, C), grads with the keys of params."""
-    c_qkv, c_o, qs, k, v, o, L, scale, causal = cache
+    c_qkv, c_o, qs, k, v, L, o, scale, causal = cache
     xp = backend.namespace(dy)
     h = qs.shape[1]
     dom, g_o = linear_backward(dy, c_o)                            # (B, N, C)
