@@ -7,7 +7,6 @@ import pytest
 
 import array_api_compat.numpy as xp_np
 from tostnp.backend import RNG
-import tostnp.nn.tssa_causal as tssa_mod
 from tostnp.nn.tssa import tssa_forward, tssa_init, tssa_decode_init, tssa_decode_step
 from tostnp.nn.block import (tost_block_forward, tost_block_init, tost_block_decode_init,
                              tost_block_decode_step)

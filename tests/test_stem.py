@@ -12,7 +12,6 @@ import math
 
 import autograd
 import autograd.numpy as anp
-import autograd.scipy.special as asp
 import numpy as np
 import pytest
 import array_api_strict as xps

@@ -5,7 +5,6 @@ autograd.numpy formula (float64, rel. err < 1e-9) and against centred finite dif
 variational bound R_c <= R^var_c and its equality case as hypothesis properties.
 """
 import autograd
-import autograd.numpy as anp
 import numpy as np
 import pytest
 from hypothesis import given, settings, strategies as st

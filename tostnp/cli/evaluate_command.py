@@ -33,7 +33,7 @@ def run(args) -> int:
     xp = get_xp_or_exit(args.device)
     if xp is None:
         return 2
-    from ..models import load_model
+    from ..io import load_model
     from ..data import load_vision_data, load_lm_text, tokenizer_from_dict
     from ..train.tasks import VisionTask, LMTask
     if args.word_rate_samples < 0:

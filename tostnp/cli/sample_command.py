@@ -34,7 +34,7 @@ def run(args) -> int:
     if xp is None:
         return 2
     from ..data import tokenizer_from_dict
-    from ..models import load_model
+    from ..io import load_model
     from ..analysis.wordrate import sample_text
     try:
         kind, cfg, params, config = load_model(args.checkpoint, xp=xp)

@@ -163,7 +163,7 @@ def _field(config, key, typ, out):
 
 def _load_resume_config(args, kind):
     """(config dict, TrainConfig, model cfg) of the checkpoint in --out, all validated."""
-    from ..models import read_model_checkpoint
+    from ..io import read_model_checkpoint
     from ..models.configs import dataclass_from_dict
     from ..train.loop import TrainConfig
     prefix = os.path.join(args.out, "checkpoint")

@@ -45,7 +45,7 @@ def batch_norm2d_forward(x, gamma, beta, state: dict, *, train: bool, eps: float
     In training mode ``cache["state"]`` holds the updated state (new arrays; ``state`` is not
     modified); in evaluation mode it is None.
     """
-    xp = check_array(x, "x", ndim=4, shape_desc="(B, H, W, C)")
+    check_array(x, "x", ndim=4, shape_desc="(B, H, W, C)")
     C = x.shape[-1]
     check_param(gamma, "gamma", (C,), x.dtype)
     check_param(beta, "beta", (C,), x.dtype)

@@ -27,8 +27,7 @@ from .layers import (LN_EPS, _layer_norm_forward, layer_norm_backward, _mlp_forw
                      mlp_backward, _layer_scale_forward, layer_scale_backward,
                      check_gelu)
 from .mixers import mixer_init, _mixer_forward, mixer_backward, check_mixer_input
-from .tssa import _tssa_decode_init, _tssa_decode_step
-from .tssa_causal import check_decode_position
+from .tssa_causal import _tssa_decode_init, _tssa_decode_step, check_decode_position
 
 __all__ = ["tost_block_forward", "tost_block_backward", "tost_block_init",
            "tost_block_decode_init", "tost_block_decode_step"]

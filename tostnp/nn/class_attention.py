@@ -34,7 +34,7 @@ def class_attention_forward(x, params, num_heads):
     x: (B, 1+N, C); params {"W_q": (C, C), "b_q": (C,) opt, "W_kv": (C, 2C), "b_kv": (2C,) opt,
     "W_o": (C, C), "b_o": (C,) opt}; W_kv produces [k | v]. -> y: (B, 1, C), the updated CLS.
     """
-    xp = _check_x_heads(x, num_heads, "class_attention")
+    _check_x_heads(x, num_heads, "class_attention")
     B, M, C = x.shape
     if M < 1:
         raise ValueError("class_attention: x must have shape (B, 1+N, C) with the CLS token at "

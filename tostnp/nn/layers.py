@@ -436,7 +436,7 @@ def patch_embed_forward(images, W, b, patch_size):
     -> tokens: (B, N, C), N = (H/P)(W/P), grid row-major; each patch flattened in
     (row, col, channel) order. H and W must be divisible by P.
     """
-    xp = check_array(images, "images", ndim=4, shape_desc="(B, H, W, Cin)")
+    check_array(images, "images", ndim=4, shape_desc="(B, H, W, Cin)")
     if isinstance(patch_size, bool) or not isinstance(patch_size, int) or patch_size < 1:
         raise ValueError(f"patch_size must be a positive int, got {patch_size!r}")
     P = patch_size

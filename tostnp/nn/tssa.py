@@ -57,8 +57,7 @@ from .layers import sum_leading
 from .tssa_heads import (check_tssa_params, check_width, head_indicator, head_token_sums,
                          per_coord, split_heads, merge_heads, project_in, project_in_backward,
                          softmax_heads, softmax_heads_backward, NORM_EPS2, PI_EPS)
-from .tssa_causal import (causal_forward, causal_backward, tssa_decode_init, tssa_decode_step,
-                          _tssa_decode_init, _tssa_decode_step)
+from .tssa_causal import causal_forward, causal_backward, tssa_decode_init, tssa_decode_step
 
 __all__ = ["tssa_forward", "tssa_backward", "tssa_init", "tssa_decode_init", "tssa_decode_step"]
 
@@ -72,7 +71,7 @@ def tssa_forward(x, params, num_heads: int, causal: bool = False):
     For ``causal=True``, cache["decode_state"] holds the prefix statistics after the last
     token, ready for :func:`tssa_decode_step` (prefill).
     """
-    xp = check_array(x, "x", ndim=3, shape_desc="(B, N, C)")
+    check_array(x, "x", ndim=3, shape_desc="(B, N, C)")
     B, N, C = x.shape
     check_width(x, "x", params)
     h, p = check_tssa_params(params, C, num_heads, causal, x.dtype, T=N)
@@ -99,7 +98,6 @@ def tssa_backward(dy, cache):
     gradient in the non-causal mode, where it is unused).
     """
     x = cache["x"]
-    xp = namespace(x)
     check_array(dy, "dy", ndim=3, shape_desc=str(tuple(x.shape)))
     if tuple(dy.shape) != tuple(x.shape):
         raise ValueError(f"dy must have shape {tuple(x.shape)} (that of x), got {tuple(dy.shape)}")

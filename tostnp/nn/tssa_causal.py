@@ -227,7 +227,6 @@ def tssa_decode_init(batch: int, params, num_heads: int, dtype=None):
     if "W_u" not in params or getattr(params["W_u"], "ndim", 0) != 2:
         raise ValueError("params is missing key 'W_u' of shape (C, C)")
     W_u = params["W_u"]
-    xp = namespace(W_u)
     C = W_u.shape[0]
     check_tssa_params(params, C, num_heads, True, W_u.dtype)
     if isinstance(batch, bool) or not isinstance(batch, int) or batch < 1:
@@ -252,7 +251,7 @@ def tssa_decode_step(state, x_t, params, num_heads: int, t: int):
     Equals row t of :func:`tssa_forward` (causal=True) on the sequence fed so far. The input
     state is not modified. Raises ValueError when t >= max_len or t differs from state["t"].
     """
-    xp = check_array(x_t, "x_t", ndim=2, shape_desc="(B, C)")
+    check_array(x_t, "x_t", ndim=2, shape_desc="(B, C)")
     B, C = x_t.shape
     check_width(x_t, "x_t", params)
     h, p = check_tssa_params(params, C, num_heads, True, x_t.dtype)

@@ -338,7 +338,7 @@ def train(task, tcfg: TrainConfig, out_dir: str, *, resume: bool = False,
         if bar is not None:
             bar.close()
     if plot:
-        from ..analysis.figures import plot_metrics
+        from .curves import plot_metrics
         try:
             plot_metrics(records, os.path.join(out_dir, "curves.png"), title=task.title)
         except OSError as e:

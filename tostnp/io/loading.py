@@ -1,14 +1,18 @@
-"""Rebuild a model from a training checkpoint: read and validate before anything is built."""
+"""Rebuild a model from a training checkpoint: read and validate before anything is built.
+
+The floor above :mod:`tostnp.models`: it reads a file (:mod:`tostnp.io.checkpoint`) and builds
+the model the file describes.
+"""
 from __future__ import annotations
 
 import numpy as np
 
 from .. import backend
-from ..io.checkpoint import load_checkpoint, resolve_checkpoint
-from ..nn.params import check_params
-from .configs import config_from_dict
-from .vision import vision_init
-from .lm import lm_init
+from ..backend.validate import check_params
+from ..models.configs import config_from_dict
+from ..models.vision import vision_init
+from ..models.lm import lm_init
+from .checkpoint import load_checkpoint, resolve_checkpoint
 
 
 def _min_param_count(kind, cfg) -> int:
