@@ -136,12 +136,13 @@ def vision_spec(cfg: VisionConfig) -> dict:
 
 def _check_inputs(images, params, cfg):
     """The door: images (B, S, S, Cin) floating, params those of ``cfg`` in the images' dtype."""
+    spec = vision_spec(cfg)
     xp = check_array(images, "images", ndim=4, shape_desc="(B, H, W, Cin)")
     S, Cin = cfg.image_size, cfg.in_chans
     if tuple(images.shape[1:]) != (S, S, Cin):
         raise ValueError(f"images must have shape (B, {S}, {S}, {Cin}) for this config, "
                          f"got {tuple(images.shape)}")
-    check_params(params, vision_spec(cfg), images.dtype)
+    check_params(params, spec, images.dtype)
     return xp
 
 
