@@ -1109,32 +1109,32 @@ _CATS = [  # (label, [(module file suffix, function name)]) -- inclusive times
     ("data: task.next_batch", [("tasks.py", "next_batch")]),
     ("loss_and_grads (fwd+bwd)", [("tasks.py", "loss_and_grads")]),
     ("  model forward", [("lm.py", "lm_forward"), ("vision.py", "vision_forward")]),
-    ("  model backward", [("lm.py", "lm_backward"), ("vision.py", "vision_backward")]),
-    ("  TSSA fwd+bwd (incl. its W_u/W_o matmuls)", [("tssa.py", "tssa_forward"),
-                                                   ("tssa.py", "tssa_backward")]),
+    ("  model backward", [("lm.py", "_backward"), ("vision.py", "_backward")]),
+    ("  TSSA fwd+bwd (incl. its W_u/W_o matmuls)", [("tssa.py", "_tssa_forward"),
+                                                   ("tssa.py", "_tssa_backward")]),
     ("    of which _scan (causal prefix/suffix sums)", [("tssa_causal.py", "_scan")]),
-    ("  MLP fwd+bwd (matmuls + GELU)", [("layers.py", "mlp_forward"),
+    ("  MLP fwd+bwd (matmuls + GELU)", [("layers.py", "_mlp_forward"),
                                         ("layers.py", "mlp_backward")]),
-    ("    of which GELU fwd+bwd (tanh form)", [("layers.py", "gelu_forward"),
+    ("    of which GELU fwd+bwd (tanh form)", [("layers.py", "_gelu_forward"),
                                                ("layers.py", "gelu_backward")]),
-    ("  LayerNorm fwd+bwd", [("layers.py", "layer_norm_forward"),
+    ("  LayerNorm fwd+bwd", [("layers.py", "_layer_norm_forward"),
                              ("layers.py", "layer_norm_backward")]),
-    ("  LayerScale fwd+bwd", [("layers.py", "layer_scale_forward"),
+    ("  LayerScale fwd+bwd", [("layers.py", "_layer_scale_forward"),
                               ("layers.py", "layer_scale_backward")]),
-    ("  class-attention fwd+bwd (vision)", [("class_attention.py", "class_attention_forward"),
+    ("  class-attention fwd+bwd (vision)", [("class_attention.py", "_class_attention_forward"),
                                             ("class_attention.py", "class_attention_backward")]),
-    ("  patch embed fwd+bwd (vision)", [("layers.py", "patch_embed_forward"),
+    ("  patch embed fwd+bwd (vision)", [("layers.py", "_patch_embed_forward"),
                                         ("layers.py", "patch_embed_backward")]),
-    ("  embedding fwd+bwd (LM; np.add.at scatter)", [("layers.py", "embedding_forward"),
+    ("  embedding fwd+bwd (LM; np.add.at scatter)", [("layers.py", "_embedding_forward"),
                                                     ("layers.py", "embedding_backward")]),
     ("  softmax cross-entropy fwd+bwd", [("layers.py", "softmax_cross_entropy_forward"),
                                          ("layers.py", "softmax_cross_entropy_backward")]),
     ("clip_grad_norm", [("optim.py", "clip_grad_norm")]),
     ("AdamW.step", [("optim.py", "step")]),
 ]
-_VALIDATORS = [("_validate.py", "check_array"), ("_validate.py", "check_same_dtype"),
-               ("_validate.py", "checked_once"), ("params.py", "check_param"),
-               ("params.py", "check_params"), ("lm.py", "_check_ids")]
+_VALIDATORS = [("validate.py", "check_array"), ("validate.py", "check_same_dtype"),
+               ("validate.py", "check_param"), ("validate.py", "check_params"),
+               ("validate.py", "check_token_ids")]
 
 
 def _inclusive(st, funcs):
@@ -1165,7 +1165,7 @@ def cprofile_table(bench, k):
           f"{1e3 * prof_step:.1f} ms/step under the profiler, {1e3 * plain_step:.1f} ms/step "
           f"right after without it")
     rows = [(label, _inclusive(st, funcs) / k) for label, funcs in _CATS]
-    rows.append(("input validators (check_array, check_params, checked_once, ...)",
+    rows.append(("input validators (check_array, check_params, check_token_ids, ...)",
                  _inclusive(st, _VALIDATORS) / k))
     print(f"    {'inclusive time per step':62s} {'ms':>8s} {'% of step':>9s}")
     for label, t in rows:

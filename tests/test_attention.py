@@ -11,6 +11,7 @@ import array_api_strict as xps
 
 from tostnp.nn import attention as A
 from tostnp.nn import class_attention as CA
+from tostnp.backend import tuning
 from references import (rel_err, check_backward, ref_class_attention, ref_softmax_attention,
                         ref_linear_attention)
 
@@ -68,7 +69,7 @@ def test_softmax_attention_row_blocks(monkeypatch, causal):
     x = r.standard_normal((B, n, C))
     P = make_params(20, QKV, True)
     y1, c1 = A.softmax_attention_forward(x, P, H, causal=causal)
-    monkeypatch.setattr(A, "_BLOCK_ELEMS", B * H * n * 3)         # blocks of 3, 3, 3, 2 rows
+    monkeypatch.setattr(tuning, "ATTENTION_BLOCK_ELEMS", B * H * n * 3)         # blocks of 3, 3, 3, 2 rows
     assert len(A._row_blocks(B * H, n, n, causal)) == 4
     y2, c2 = A.softmax_attention_forward(x, P, H, causal=causal)
     assert rel_err(y2, y1) < 1e-13
@@ -133,7 +134,7 @@ def test_causal_outputs_ignore_the_future(kind):
 @pytest.mark.parametrize("chunk", [64, 4, 5, 1])
 def test_causal_linear_attention_equals_prefix_loop(monkeypatch, chunk):
     """Chunked prefix sums (one chunk; 3 chunks; 3 chunks with padding; 1 token each)."""
-    monkeypatch.setattr(A, "_LIN_CHUNK", chunk)
+    monkeypatch.setattr(tuning, "LINEAR_CHUNK", chunk)
     r = np.random.default_rng(10)
     n = 12
     x = r.standard_normal((B, n, C))
@@ -146,7 +147,7 @@ def test_causal_linear_attention_equals_prefix_loop(monkeypatch, chunk):
 
 @pytest.mark.parametrize("chunk", [4, 3])
 def test_causal_linear_attention_chunked_grads(monkeypatch, chunk):
-    monkeypatch.setattr(A, "_LIN_CHUNK", chunk)                   # N = 11: padded last chunk
+    monkeypatch.setattr(tuning, "LINEAR_CHUNK", chunk)                   # N = 11: padded last chunk
     x = np.random.default_rng(21).standard_normal((B, 11, C))
     P = make_params(22, QKV, True)
     check_layer(lambda x, P: A.linear_attention_forward(x, P, H, causal=True),
@@ -199,10 +200,10 @@ def to_np(a):
 def test_strict_device_matches_numpy(name, causal, monkeypatch):
     r = np.random.default_rng(15)
     if name == "softmax-blocked":
-        monkeypatch.setattr(A, "_BLOCK_ELEMS", B * H * N * 2)     # row blocks of 2
+        monkeypatch.setattr(tuning, "ATTENTION_BLOCK_ELEMS", B * H * N * 2)     # row blocks of 2
         name = "softmax"
     if name == "linear-chunked":
-        monkeypatch.setattr(A, "_LIN_CHUNK", 2)                    # N = 5: 3 chunks, padded
+        monkeypatch.setattr(tuning, "LINEAR_CHUNK", 2)                    # N = 5: 3 chunks, padded
         name = "linear"
     if name == "class":
         fwd, bwd = (lambda x, P: CA.class_attention_forward(x, P, H)), CA.class_attention_backward

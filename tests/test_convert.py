@@ -21,8 +21,9 @@ from tostnp import backend
 from tostnp.__main__ import main
 from tostnp.io.checkpoint import save_checkpoint, load_checkpoint
 from tostnp.io.interchange import published_layout, from_published, to_published
+from tostnp.io import load_model
 from tostnp.models import (VisionConfig, LMConfig, get_vision_config, get_lm_config, vision_init,
-                           lm_init, load_model, vision_forward, lm_forward)
+                           lm_init, vision_forward, lm_forward)
 from tostnp.nn.params import num_params, is_state
 
 HERE = os.path.dirname(__file__)

@@ -7,11 +7,11 @@ import pytest
 
 import array_api_compat.numpy as xp_np
 from tostnp.backend import RNG
-import tostnp.nn.tssa_causal as tssa_mod
 from tostnp.nn.tssa import tssa_forward, tssa_init, tssa_decode_init, tssa_decode_step
 from tostnp.nn.block import (tost_block_forward, tost_block_init, tost_block_decode_init,
                              tost_block_decode_step)
 from tostnp.backend import to_host
+from tostnp.backend import tuning
 
 from references import rel_err
 
@@ -31,7 +31,7 @@ def tssa_params(seed, C=12, h=3, max_len=10, bias=True):
 
 @pytest.mark.parametrize("bias,L", [(True, 32), (False, 3)])
 def test_tssa_decoder_equals_causal_forward_at_every_step(bias, L, monkeypatch):
-    monkeypatch.setattr(tssa_mod, "_SCAN_BLOCK", L)    # L = 3: the blocked prefix sums
+    monkeypatch.setattr(tuning, "SCAN_BLOCK", L)    # L = 3: the blocked prefix sums
     P = tssa_params(0, bias=bias)
     x = np.random.default_rng(1).normal(size=(2, 10, 12))
     y, _ = tssa_forward(x, P, 3, causal=True)

@@ -10,6 +10,7 @@ import array_api_strict as xps
 
 from tostnp.nn import attention as A
 from tostnp.nn import flash as F
+from tostnp.backend import tuning
 from references import rel_err, ref_softmax_attention
 from test_attention import QKV, check_layer, make_params, to_dev, to_np
 
@@ -18,8 +19,8 @@ DEV = xps.Device("device1")
 
 
 def _blocks(monkeypatch, bq, bk):
-    monkeypatch.setattr(F, "_BLOCK_Q", bq)
-    monkeypatch.setattr(F, "_BLOCK_K", bk)
+    monkeypatch.setattr(tuning, "FLASH_BLOCK_Q", bq)
+    monkeypatch.setattr(tuning, "FLASH_BLOCK_K", bk)
 
 
 @pytest.mark.parametrize("causal", [False, True])

@@ -218,7 +218,7 @@ def test_training_step_on_strict_device_every_mixer(kind, mixer, monkeypatch):
 @pytest.mark.slow
 def test_cli_trains_with_every_mixer_choice(tmp_path, capsys):
     from tostnp.__main__ import main
-    from tostnp.models import load_model
+    from tostnp.io import load_model
     tiny = ["--width", "8", "--depth", "1", "--heads", "2", "--no-progress", "--steps", "2"]
     out = str(tmp_path / "v")
     assert main(["train", "vision", "--mixer", "flash", "--registers", "2", "--batch-size", "16",

@@ -167,14 +167,14 @@ def _craft(src_run, dst, model=None, add=None, drop=None, config=None):
     ({"heads": 2}, "heads"),                # unknown key
 ])
 def test_crafted_model_config_refused_by_load_model(runs, tmp_path, change, needle):
-    from tostnp.models import load_model
+    from tostnp.io import load_model
     bad = _craft(runs[0], str(tmp_path / "bad"), model=change)
     with pytest.raises(ValueError, match=needle):
         load_model(bad)
 
 
 def test_unknown_and_missing_parameters_refused(runs, tmp_path):
-    from tostnp.models import load_model
+    from tostnp.io import load_model
     bad = _craft(runs[0], str(tmp_path / "a"), add={"evil": np.zeros(3, np.float32)})
     with pytest.raises(ValueError, match="evil"):
         load_model(bad)

@@ -13,6 +13,7 @@ import array_api_compat.numpy as xp_np
 
 import tostnp.nn.tssa_causal as tssa_mod
 from tostnp.nn.tssa import tssa_forward, tssa_backward
+from tostnp.backend import tuning
 from references import rel_err, ref_tssa, check_on_strict_device
 
 RTOL = 1e-7
@@ -55,7 +56,7 @@ def naive_loop(x, P, h):
 def scan_block(request, monkeypatch):
     """Run a test with the default scan block (T < 2 blocks: plain cumulative_sum) and with
     blocks of 3 tokens, so that the blocked prefix/suffix sums (and their tails) are used."""
-    monkeypatch.setattr(tssa_mod, "_SCAN_BLOCK", request.param)
+    monkeypatch.setattr(tuning, "SCAN_BLOCK", request.param)
     return request.param
 
 
@@ -129,7 +130,7 @@ def test_no_dependence_on_the_future(scan_block):
 @pytest.mark.parametrize("L", [2, 3, 4])
 @pytest.mark.parametrize("T", [1, 4, 7, 12])
 def test_blocked_scan_equals_cumsum(monkeypatch, L, T):
-    monkeypatch.setattr(tssa_mod, "_SCAN_BLOCK", L)
+    monkeypatch.setattr(tuning, "SCAN_BLOCK", L)
     a = np.random.default_rng(T).normal(size=(2, T, 3))
     np.testing.assert_allclose(tssa_mod._scan(a, xp_np), np.cumsum(a, axis=1), rtol=1e-12, atol=1e-12)
     suffix = np.cumsum(a[:, ::-1], axis=1)[:, ::-1]

@@ -54,7 +54,7 @@ def main(argv=None) -> int:
     during training save a checkpoint and exit 130/143."""
     args = build_parser().parse_args(argv)
     from .train.loop import TrainingInterrupted, TrainingDiverged
-    from .io.limits import memory_limit
+    from .backend.budget import memory_limit
     try:
         with memory_limit(getattr(args, "max_memory_gb", None)):
             return int(args._run(args) or 0)

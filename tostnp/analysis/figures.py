@@ -28,7 +28,7 @@
    reports a fall with depth for its ImageNet models; this figure cannot show that.)
 
 3. ``curves.png`` -- training and evaluation loss (and accuracy) against step
-   (:func:`plot_metrics`, written by the training loop).
+   (:func:`tostnp.train.curves.plot_metrics`, written by the training loop).
 
 Every file is written atomically by :mod:`tostnp.io.atomic`.
 """
@@ -45,8 +45,7 @@ from ..nn import tssa as T
 from ..nn.params import sub
 from ..math.variational import variational_compression
 
-__all__ = ["layer_statistics", "vision_figures", "plot_memberships", "plot_compression",
-           "plot_metrics"]
+__all__ = ["layer_statistics", "vision_figures", "plot_memberships", "plot_compression"]
 
 
 def layer_statistics(params: dict, cfg, images) -> list:
@@ -84,36 +83,6 @@ def layer_statistics(params: dict, cfg, images) -> list:
                     "R_in": variational_compression(with_one(Z), Pi_rows, U, eps),
                     "R_out": variational_compression(with_one(Z_out), Pi_rows, U, eps)})
     return out
-
-
-def plot_metrics(records: list, path: str, title: str = "") -> None:
-    """Training loss (and evaluation loss / accuracy when present) against step -> PNG."""
-    import matplotlib
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-    tr = [r for r in records if r["kind"] == "train"]
-    ev = [r for r in records if r["kind"] == "eval"]
-    acc_keys = [k for k in (ev[0] if ev else {}) if k.endswith("acc")]
-    ncols = 2 if acc_keys else 1
-    fig, axes = plt.subplots(1, ncols, figsize=(5.5 * ncols, 3.8), squeeze=False)
-    ax = axes[0, 0]
-    ax.plot([r["step"] for r in tr], [r["loss"] for r in tr], lw=1, label="train loss (batch)")
-    for k in (ev[0] if ev else {}):
-        if k.endswith("loss"):
-            ax.plot([r["step"] for r in ev], [r[k] for r in ev], "o-", ms=3, label=k)
-    ax.set_xlabel("step"); ax.set_ylabel("cross-entropy (nats)"); ax.set_yscale("log")
-    ax.legend(); ax.grid(alpha=0.3)
-    if acc_keys:
-        ax = axes[0, 1]
-        for k in acc_keys:
-            ax.plot([r["step"] for r in ev], [r[k] for r in ev], "o-", ms=3, label=k)
-        ax.set_xlabel("step"); ax.set_ylabel("accuracy"); ax.legend(); ax.grid(alpha=0.3)
-    if title:
-        fig.suptitle(title)
-    fig.tight_layout()
-    atomic_savefig(fig, path, dpi=110)
-    plt.close(fig)
-
 
 
 def plot_memberships(images_host, Pi_host, grid: int, path: str, title: str = "") -> str:
@@ -184,7 +153,7 @@ def vision_figures(checkpoint: str, out_dir: str, *, xp=None, num_images: int = 
     measured per-layer values to ``compression.json`` next to the figure.
     """
     import json
-    from ..models import load_model
+    from ..io import load_model
     from ..data import load_vision_data
     from ..models.vision import vision_init
     xp = backend.get_xp("cpu") if xp is None else xp

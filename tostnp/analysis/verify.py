@@ -1,11 +1,12 @@
 """Check every identity of the derivation numerically, in float64, and print a PASS/FAIL table.
 
-Each row compares tostnp (objective.py, variational.py) with an INDEPENDENT reference: a plain
-formula written here with loops and explicit eigenvalues (numpy.linalg.eigvalsh), or the
-gradient that autograd computes from such a plain formula (written with autograd.numpy, not
-with tostnp code). Both Gram branches (n < d and n > d) and a batch axis are exercised.
+Each row compares tostnp (objective.py, variational.py) with an INDEPENDENT reference of
+:mod:`tostnp.analysis.oracle` (the references the tests use too): a plain formula with loops and
+explicit eigenvalues (numpy.linalg.eigvalsh), or the gradient that autograd computes from such a
+plain formula (written with autograd.numpy, not with tostnp code). Both Gram branches (n < d
+and n > d) and a batch axis are exercised.
 
-Errors are relative, max|tostnp - reference| / max|reference|. The exit status is 1 when any
+Errors are relative, max|tostnp - reference| / max|reference| (:func:`oracle.rel_err`). The exit status is 1 when any
 row FAILs, so ``python -m tostnp verify`` (:mod:`tostnp.cli.verify_command`) can gate a CI run.
 """
 from __future__ import annotations
@@ -22,48 +23,8 @@ ETA = 0.5          # membership temperature
 
 
 # ---------------------------------------------------------------------------------------------
-# plain references (NumPy loops and eigenvalues), unbatched: Z (n, d), Pi (n, K), U (K, d, p)
+# the closed form under test beside the references of tostnp.analysis.oracle
 # ---------------------------------------------------------------------------------------------
-def _ref_coding_rate(Z, eps):
-    n, d = Z.shape
-    lam = np.linalg.eigvalsh(Z.T @ Z)                           # eigenvalues of Z^T Z
-    return 0.5 * sum(np.log(1.0 + d / (n * eps**2) * max(l, 0.0)) for l in lam)
-
-
-def _ref_compression(Z, Pi, eps):
-    n, d = Z.shape
-    total = 0.0
-    for k in range(Pi.shape[1]):
-        n_k = Pi[:, k].sum()
-        if n_k == 0:
-            continue
-        cov = sum(Pi[j, k] * np.outer(Z[j], Z[j]) for j in range(n))   # Z^T Diag(pi_k) Z
-        lam = np.linalg.eigvalsh(cov)
-        total += (n_k / n) * sum(np.log(1.0 + d / (n_k * eps**2) * max(l, 0.0)) for l in lam)
-    return 0.5 * total
-
-
-def _ref_variational(Z, Pi, U, eps):
-    n, d = Z.shape
-    total = 0.0
-    for k in range(U.shape[0]):
-        n_k = Pi[:, k].sum()
-        for i in range(U.shape[2]):
-            stat = sum(Pi[j, k] * (Z[j] @ U[k, :, i]) ** 2 for j in range(n)) / n_k
-            total += (n_k / n) * np.log(1.0 + d / eps**2 * stat)
-    return 0.5 * total
-
-
-def _ref_membership(Z, U, eta):
-    n, K = Z.shape[0], U.shape[0]
-    Pi = np.zeros((n, K))
-    for j in range(n):
-        logits = [np.sum((U[k].T @ Z[j]) ** 2) / (2 * eta) for k in range(K)]
-        e = [np.exp(v - max(logits)) for v in logits]
-        Pi[j] = np.array(e) / sum(e)
-    return Pi
-
-
 def _grad_coding_rate_closed_form(Z, eps):
     """grad_Z R = a Z (I + a Z^T Z)^{-1}, a = d/(n eps^2): the gradient of eq-R, rows convention."""
     n, d = Z.shape
@@ -74,11 +35,6 @@ def _grad_coding_rate_closed_form(Z, eps):
 # ---------------------------------------------------------------------------------------------
 # the table
 # ---------------------------------------------------------------------------------------------
-def _rel(a, b):
-    a, b = np.asarray(a, dtype=np.float64), np.asarray(b, dtype=np.float64)
-    return float(np.max(np.abs(a - b)) / max(float(np.max(np.abs(b))), 1e-300))
-
-
 def _data(rng, B, n, d, K):
     Z = rng.standard_normal((B, n, d))                          # (B, n, d)
     Pi = rng.dirichlet(np.ones(K), size=(B, n))                 # (B, n, K) rows on the simplex
@@ -91,20 +47,13 @@ def _orthogonal(rng, K, d):
 
 
 def checks(rng, draws, ag, anp):
-    """Yield rows (identity, value, criterion text, passed)."""
-    # autograd references: plain formulas in autograd.numpy, independent of tostnp's code
-    def ag_coding_rate(Z, eps):
-        n, d = Z.shape
-        return 0.5 * anp.linalg.slogdet(anp.eye(d) + d / (n * eps**2) * anp.dot(Z.T, Z))[1]
-
-    def ag_variational(Z, Pi, U, eps):
-        n, d = Z.shape
-        total = 0.0
-        for k in range(U.shape[0]):
-            n_k = anp.sum(Pi[:, k])
-            stat = anp.sum(Pi[:, k:k + 1] * anp.dot(Z, U[k]) ** 2, axis=0) / n_k   # (p,)
-            total = total + (n_k / n) * anp.sum(anp.log(1.0 + d / eps**2 * stat))
-        return 0.5 * total
+    """Yield rows (identity, value, criterion text, passed). ``ag``: autograd (``anp``, its
+    numpy, is used by the references of :mod:`tostnp.analysis.oracle`)."""
+    from . import oracle                 # needs autograd: imported only when the checks run
+    _rel = oracle.rel_err
+    _ref_coding_rate, _ref_compression = oracle.coding_rate, oracle.compression
+    _ref_variational, _ref_membership = oracle.variational_compression, oracle.membership
+    ag_coding_rate, ag_variational = oracle.coding_rate_ad, oracle.variational_compression_ad
 
     data = [(_data(rng, B, n, d, K), (B, n, d, K)) for (B, n, d, K) in SHAPES]
     tight, grad_tol = 1e-10, 1e-8

@@ -20,7 +20,8 @@ training step reuses warm memory rather than faulting in fresh pages).
 
 Modules: :mod:`.arrays` (namespaces, devices, host transfers, scatter-add), :mod:`.rng`
 (seeded draws), :mod:`.special` (erf), :mod:`.runtime` (fast-path switch, threads, allocator),
-:mod:`.kernels` (the NumPy fast kernels), :mod:`.validate` (argument checks for entry points).
+:mod:`.kernels` (the NumPy fast kernels), :mod:`.tuning` (every piece and block size, with how it
+was chosen), :mod:`.validate` (argument checks for entry points).
 """
 from __future__ import annotations
 

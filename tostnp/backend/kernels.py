@@ -1,33 +1,31 @@
 """The NumPy fast path: the hot elementwise chains of training, with fewer passes over memory,
 in cache-sized pieces, on several threads for large arrays.
 
-The plain array-API code in :mod:`tostnp.nn` and :mod:`tostnp.train.optim` is the specification; every
-function here computes the same quantity for NumPy arrays and is chosen by
-:func:`tostnp.backend.fused` only (CuPy and ``array_api_strict`` run the plain code). The plain
-forms write one fresh temporary per operator (``0.5 * x * (1.0 + t)`` is three passes and three
-new arrays); here each chain runs in place with ``out=`` arguments, and reductions that would
-need a temporary become matrix-vector products. ``tests/test_fused.py`` checks each against the
-plain path on random shapes in float32 and float64.
+The plain array-API code in :mod:`tostnp.nn` and :mod:`tostnp.train.optim` is the
+specification; every function here computes the same quantity for NumPy arrays, under the name
+of its plain twin and with the same cache fields (GELU's gate s, LayerNorm's xhat and rstd), and
+is chosen by :func:`tostnp.backend.fused` only (CuPy and ``array_api_strict`` run the plain
+code). The plain forms write one fresh temporary per operator (``0.5 * (1.0 + xp.tanh(u))`` is
+three passes and three new arrays); here each chain runs in place with ``out=`` arguments, and
+reductions that would need a temporary become matrix-vector products. ``tests/test_fused.py``
+checks each against the plain path on random shapes in float32 and float64.
 
 What it does beyond the plain code:
 
 * **In place**: a chain of operators writes into the output buffers, no temporary per operator.
 * **In cache-sized pieces**: every kernel works on its arrays as rows ``(M, L)`` and runs the
-  whole chain on one piece of about ``CHUNK`` elements before the next, so the passes of a
-  chain read and write a piece that sits in the core's cache instead of sweeping the whole
-  array from memory each time. Arrays under ``PIECES_MIN`` elements (4 MB of float32) run whole:
-  they stay in the caches anyway, and a piece costs Python calls. GELU forward+backward, one
-  thread, at the ToST block benchmark's MLP shape (16384, 1536): 191 ms in pieces against 323
-  ms whole; LayerNorm forward+backward 151 against 252 ms.
+  whole chain on one piece of about ``tuning.CHUNK`` elements before the next, so the passes
+  of a chain read and write a piece that sits in the core's cache instead of sweeping the whole
+  array from memory each time. Arrays under ``tuning.PIECES_MIN`` elements run whole: they
+  stay in the caches anyway, and a piece costs Python calls (:mod:`tostnp.backend.tuning` says
+  how both were chosen).
 * **On several threads, for large arrays**: with :func:`set_threads` above 1 (``--threads``)
-  the pieces of a kernel are split between threads (NumPy
-  releases the GIL inside its loops; its own elementwise operations use one thread). Measured
-  here, this pays only where BLAS's idle threads sleep: OpenBLAS's spin for a while after each
-  matrix product and take the second core (the ToST block step at 2 threads: 1,573 ms with
-  one fast-path thread, 1,577 with two; with ``OPENBLAS_THREAD_TIMEOUT=4`` in the environment,
-  1,516 and 1,210). The pieces,
-  and the order in which their partial sums are added, depend only on the shapes, so the result
-  is bit-identical for any thread count.
+  the pieces of a kernel are split between threads (NumPy releases the GIL inside its loops;
+  its own elementwise operations use one thread). This pays only where BLAS's idle threads
+  sleep: OpenBLAS's spin for a while after each matrix product and take the second core
+  (``OPENBLAS_THREAD_TIMEOUT`` in the environment shortens the spin; ``python3 run.py bench``
+  shows the effect on a given machine). The pieces, and the order in which their partial sums
+  are added, depend only on the shapes, so the result is bit-identical for any thread count.
 
 Why plain NumPy and not a fused-expression library: numexpr (2.14, the usual choice) was
 measured against these in-place forms on the LM's MLP shape and lost (its tanh and exp are
@@ -45,15 +43,15 @@ from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 
-__all__ = ["gelu_tanh_forward", "gelu_tanh_backward", "layer_norm_forward",
-           "layer_norm_backward", "adamw_update", "softmax_cross_entropy_backward", "sum_rows",
-           "set_threads", "get_threads", "CHUNK"]
+from . import tuning
+
+__all__ = ["gelu_forward", "gelu_backward", "layer_norm_forward",
+           "layer_norm_backward", "adamw_update", "softmax_cross_entropy_backward", "sum_leading",
+           "set_threads", "get_threads"]
 
 # ---------------------------------------------------------------------------------------------
-# the piece executor: rows of an (M, L) view, in pieces of about CHUNK elements, on the threads
+# the piece executor: rows of an (M, L) view, in pieces of about tuning.CHUNK elements
 # ---------------------------------------------------------------------------------------------
-CHUNK = 1 << 17          # elements per piece: 512 KiB of float32 (measured best of 8K..128K here)
-PIECES_MIN = 1 << 20     # elements below which a kernel runs whole, on one thread (measured)
 _threads = 1
 _pool: ThreadPoolExecutor | None = None
 _pool_pid = None
@@ -84,11 +82,11 @@ def _executor(n: int) -> ThreadPoolExecutor:
 
 
 def _pieces(M: int, L: int) -> list[tuple[int, int]]:
-    """Row ranges [lo, hi) of about CHUNK elements each covering rows 0..M (shapes only); one
-    range for arrays under PIECES_MIN elements, which fit in the caches as they are."""
-    if M * L < PIECES_MIN:
+    """Row ranges [lo, hi) of about tuning.CHUNK elements each covering rows 0..M (shapes only);
+    one range for arrays under tuning.PIECES_MIN elements, which fit in the caches as they are."""
+    if M * L < tuning.PIECES_MIN:
         return [(0, M)]
-    rows = max(1, CHUNK // max(1, L))
+    rows = max(1, tuning.CHUNK // max(1, L))
     return [(lo, min(lo + rows, M)) for lo in range(0, M, rows)]
 
 
@@ -136,12 +134,12 @@ def _ones(n: int, dtype):
     return v
 
 
-def sum_rows(a):
+def sum_leading(a):
     """Sum over every axis but the last: (..., L) -> (L,), as ones @ a (BLAS).
 
-    NumPy's ``sum(axis=0)`` of a (M, L) array and its row sums over a short last axis run 4-6x
-    slower than the matrix-vector product at the models' shapes ((1088, 64): 33 against 8 us);
-    bias and LayerNorm/LayerScale gradients are such sums."""
+    NumPy's ``sum(axis=0)`` of a (M, L) array and its row sums over a short last axis loop
+    element by element, the matrix-vector product runs in BLAS; bias and LayerNorm/LayerScale
+    gradients are such sums."""
     a2 = _rows(a)
     return _ones(a2.shape[0], a2.dtype) @ a2
 
@@ -153,11 +151,12 @@ _GELU_B = 0.044715
 # ---------------------------------------------------------------------------------------------
 # GELU, tanh form, through the sigmoid: 0.5 (1 + tanh(u)) = 1 / (1 + exp(-2u))
 # ---------------------------------------------------------------------------------------------
-def gelu_tanh_forward(x):
+def gelu_forward(x):
     """y = 0.5 x (1 + tanh(u)), u = sqrt(2/pi) (x + 0.044715 x^3), as y = x s with
     s = sigmoid(2u) = 1 / (1 + exp(-2u)) (NumPy's exp is vectorised, its tanh is not).
 
-    x: (...) -> (y (...), s (...)); s is what the backward needs. exp overflows to inf for
+    x: (...) -> (y (...), s (...)); s is the gate the plain path caches too (computed there
+    as 0.5 (1 + tanh(u))). exp overflows to inf for
     very negative x, where s = 1 / inf = 0 is the correct limit (no NaN).
     """
     x2 = _rows(x)
@@ -179,11 +178,9 @@ def gelu_tanh_forward(x):
     return y, s
 
 
-def gelu_tanh_backward(dy, x, s):
-    """dx = dy * dy/dx with dy/dx = s (1 + 2 sqrt(2/pi) x (1 - s) (1 + 3 * 0.044715 x^2)).
-
-    (The tanh form's 0.5 (1 + t) + 0.5 x (1 - t^2) sqrt(2/pi) (1 + 3b x^2) with t = 2s - 1.)
-    """
+def gelu_backward(dy, x, s):
+    """dx = dy * dy/dx with dy/dx = s (1 + 2 sqrt(2/pi) x (1 - s) (1 + 3 * 0.044715 x^2)),
+    the formula of :func:`tostnp.nn.layers.gelu_backward` (s, the gate, cached by both paths)."""
     dy2, x2, s2 = _rows(dy), _rows(x), _rows(s)
     g = np.empty(dy.shape, np.result_type(dy, x))
     g2 = _rows(g)
@@ -255,8 +252,8 @@ def layer_norm_backward(dy, xhat, rstd, gamma, has_beta: bool = True):
     def piece(lo, hi):
         dyi, xh, dxi = dy2[lo:hi], xh2[lo:hi], dx2[lo:hi]
         p = np.multiply(dyi, xh)                                   # (rows, C) dy xhat
-        dgamma = sum_rows(p)                                       # (C,) this piece's part
-        dbeta = sum_rows(dyi) if has_beta else None
+        dgamma = sum_leading(p)                                    # (C,) this piece's part
+        dbeta = sum_leading(dyi) if has_beta else None
         a = (dyi @ gamma)[:, None]                                 # (rows, 1) C mean(g)
         b = (p @ gamma)[:, None]                                   # (rows, 1) C mean(g xhat)
         a *= 1.0 / C

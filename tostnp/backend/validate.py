@@ -1,70 +1,24 @@
-"""Input checks shared by every public function: clear errors that name the argument.
+"""Input checks for the public entry points ("the doors"): clear errors that name the argument.
 
 Every message says which argument is wrong, what was expected (shape/type) and what came.
+The doors -- the top-level math functions, the model forward/loss/backward/predict/generate
+functions and the public layer functions of :mod:`tostnp.nn` -- check their arguments here,
+once, and then call unchecked cores (``_xxx_forward`` in :mod:`tostnp.nn`) that trust their
+callers. Nothing here keeps state between calls.
+
+Parameters are flat dicts of arrays with dotted names ("blocks.0.tssa.W_u"). A layer or model
+describes what it expects as a *spec*, ``{key: (shape, required)}``; a shape entry is an int
+or a name (``"max_len"``, ``"H"``) that matches any length. :func:`check_params` rejects a
+missing required key, an unknown key, a wrong shape and a dtype other than the input's, each
+with one line naming the key and the expected shape.
 """
 from __future__ import annotations
 
-import contextlib
-import threading
-
 import array_api_compat
 
-from . import namespace
-
-_state = threading.local()      # depth > 0: inside a model call whose inputs were checked
-
-
-def checks_off() -> bool:
-    """True inside :func:`checked_once`'s trusted block (the inner layers skip their checks)."""
-    return getattr(_state, "depth", 0) > 0
-
-
-@contextlib.contextmanager
-def trusted():
-    """Skip the structural checks (check_array, tostnp.nn.params) of the calls inside."""
-    _state.depth = getattr(_state, "depth", 0) + 1
-    try:
-        yield
-    finally:
-        _state.depth -= 1
-
-
-_SEEN: dict = {}                # signatures of calls that passed every check (insertion order)
-_SEEN_MAX = 64
-
-
-def _signature(key, params, x):
-    """What the checks of a model call depend on: the model config, the input's array type,
-    shape and dtype, and every parameter's name, array type, shape and dtype (None if not
-    computable)."""
-    try:
-        return (key, type(x), tuple(x.shape), x.dtype,
-                tuple((k, type(a), tuple(a.shape), a.dtype) for k, a in params.items()))
-    except (AttributeError, TypeError):
-        return None
-
-
-@contextlib.contextmanager
-def checked_once(key, params, x):
-    """Validation at the public boundary of a model call, once per kind of call.
-
-    The first call with a given signature (``key``, typically the model config; the input's
-    type, shape and dtype; every parameter's name, type, shape and dtype) runs every layer's
-    checks, so every error keeps its message. Later calls with the same signature run the layers
-    in :func:`trusted` mode: their structural checks would pass again, so they are skipped.
-    Checks of values (token ids in range) are not structural and run on every call.
-    Yields True when the block runs trusted.
-    """
-    sig = _signature(key, params, x)
-    if sig is not None and sig in _SEEN:
-        with trusted():
-            yield True
-        return
-    yield False
-    if sig is not None:         # only reached when the checked call raised nothing
-        if len(_SEEN) >= _SEEN_MAX:
-            _SEEN.pop(next(iter(_SEEN)))
-        _SEEN[sig] = True
+# The general namespace lookup: the checks run once per call at a door, so they need no fast
+# path (tostnp.backend.namespace has one for the layers' hot loops).
+namespace = array_api_compat.array_namespace
 
 
 def check_array(x, name: str, *, min_ndim: int = 0, ndim: int | None = None,
@@ -72,10 +26,7 @@ def check_array(x, name: str, *, min_ndim: int = 0, ndim: int | None = None,
     """Check that ``x`` is an array (of real floating dtype unless ``floating=False``).
 
     Returns the namespace. ``shape_desc`` is a human form of the expected shape, e.g. "(..., n, d)".
-    Inside a trusted model call (:func:`checked_once`) only the namespace is looked up.
     """
-    if getattr(_state, "depth", 0):
-        return namespace(x)
     if not array_api_compat.is_array_api_obj(x) or isinstance(x, (int, float, complex)):
         raise TypeError(f"{name} must be an array of shape {shape_desc or '(...)'}, "
                         f"got {type(x).__name__}")
@@ -90,6 +41,30 @@ def check_array(x, name: str, *, min_ndim: int = 0, ndim: int | None = None,
     # meaningless results in the log-determinants, softmaxes and scans of this package
     if floating and x.dtype not in (xp.float32, xp.float64):
         raise TypeError(f"{name} must have a real floating dtype, float32 or float64, got {x.dtype}")
+    return xp
+
+
+def check_ids_range(ids, V: int, why: str = "", name: str = "ids") -> None:
+    """Token ids must lie in [0, V) (a value check: it runs on every call)."""
+    xp = namespace(ids)
+    flat = xp.reshape(ids, (-1,))                                  # (B*T,)
+    if flat.shape[0] > 0 and bool(xp.any((flat < 0) | (flat >= V))):
+        raise ValueError(f"{name} must lie in [0, V) = [0, {V})" + (f" {why}" if why else "")
+                         + f", got values in [{int(xp.min(flat))}, {int(xp.max(flat))}]")
+
+
+def check_token_ids(ids, name: str, V: int, T_max: int | None = None, why: str = ""):
+    """``ids`` (B, T) integer with T <= ``T_max`` and values in [0, V); returns the namespace."""
+    if not array_api_compat.is_array_api_obj(ids) or isinstance(ids, (int, float, complex)):
+        raise TypeError(f"{name} must be an integer array of shape (B, T), got "
+                        f"{type(ids).__name__}")
+    xp = namespace(ids)
+    if ids.ndim != 2 or not xp.isdtype(ids.dtype, "integral"):
+        raise ValueError(f"{name} must be an integer array of shape (B, T), got "
+                         f"{ids.dtype} {tuple(ids.shape)}")
+    if T_max is not None and ids.shape[1] > T_max:
+        raise ValueError(f"{name} has T = {ids.shape[1]} tokens, more than block_size = {T_max}")
+    check_ids_range(ids, V, why, name)
     return xp
 
 
@@ -117,3 +92,44 @@ def check_positive(value, name: str) -> float:
     if not v > 0 or v != v or v == float("inf"):
         raise ValueError(f"{name} must be a positive finite number, got {value!r}")
     return v
+
+
+def shape_str(shape) -> str:
+    """(8,) -> "(8,)", (3, "max_len", 1) -> "(3, max_len, 1)"."""
+    return "(" + ", ".join(str(s) for s in shape) + (",)" if len(shape) == 1 else ")")
+
+
+def check_param(a, name: str, shape, dtype, where: str = "") -> None:
+    """One parameter array ``a`` called ``name``: present, of ``shape`` (names in ``shape``
+    match any length) and of ``dtype``. Messages as for :func:`check_params`."""
+    at = f"{where}: " if where else ""
+    want = shape_str(shape)
+    if a is None:
+        raise ValueError(f"{at}missing parameter {name}: expected an array of shape {want}")
+    check_array(a, name, shape_desc=want)
+    ok = a.ndim == len(shape) and all(isinstance(s, str) or s == n for s, n in zip(shape, a.shape))
+    if not ok:
+        raise ValueError(f"{at}{name} must have shape {want}, got {tuple(a.shape)}")
+    if a.dtype != dtype:
+        raise TypeError(f"{at}{name} has dtype {a.dtype} but the input has {dtype}; "
+                        "pass arrays of one dtype")
+
+
+def check_params(params, spec: dict, dtype, where: str = "") -> None:
+    """Check ``params`` against ``spec`` = {key: (shape, required)}; the dtype must be ``dtype``.
+
+    Raises TypeError (not a dict, not an array, wrong dtype) or ValueError (missing or unknown
+    key, wrong shape); every message starts with ``where`` (the layer's name) when given.
+    A shape of None accepts any value (a counter such as BatchNorm's num_batches_tracked).
+    """
+    at = f"{where}: " if where else ""
+    if not isinstance(params, dict):
+        raise TypeError(f"{at}params must be a dict of arrays, got {type(params).__name__}")
+    for key, (shape, required) in spec.items():
+        if required and params.get(key) is None:
+            raise ValueError(f"{at}params is missing key {key!r} of shape {shape_str(shape)}")
+    for key, a in params.items():
+        if key not in spec:
+            raise ValueError(f"{at}params has unknown key {key!r}; expected keys {sorted(spec)}")
+        if a is not None and spec[key][0] is not None:
+            check_param(a, f"params[{key!r}]", spec[key][0], dtype, where)

@@ -15,7 +15,7 @@ import tracemalloc
 import numpy as np
 
 from .. import backend
-from ..io.limits import memory_budget
+from ..backend.budget import memory_budget
 
 __all__ = ["DEFAULT_SIZES", "DEFAULT_CONTEXTS", "LAYERS", "LABELS", "run_benchmark",
            "estimate_bytes"]
@@ -172,22 +172,26 @@ def _train_bench(dev, s, rng, tick):
     out = {}
     host = np.random.default_rng(s["seed"])
 
+    def step_seconds(params, loss_and_grads):
+        """Median seconds of one training step: loss_and_grads(params), then AdamW."""
+        opt = AdamW(params, lr=tcfg.lr, betas=(tcfg.beta1, tcfg.beta2),
+                    weight_decay=tcfg.weight_decay)
+
+        def step():
+            loss, grads, _ = loss_and_grads(opt.params)
+            opt.step(grads)
+            return loss
+        return dev.time(step, s["repeats"], max(1, s["warmup"]))["median_s"]
+
     vcfg = get_vision_config()
     params = vision_init(vcfg, rng, xp, dtype=dtype)
-    opt = AdamW(params, lr=tcfg.lr, betas=(tcfg.beta1, tcfg.beta2),
-                weight_decay=tcfg.weight_decay)
     images = backend.from_host(xp, host.standard_normal(
         (batch, vcfg.image_size, vcfg.image_size, vcfg.in_chans)), dtype=dtype)
     labels = xp.asarray(host.integers(0, vcfg.num_classes, size=batch))
 
-    def vstep():
-        loss, grads, _ = vision_loss_and_grads(opt.params, images, labels, vcfg)
-        opt.step(grads)
-        return loss
-
-    t = dev.time(vstep, s["repeats"], max(1, s["warmup"]))
+    t = step_seconds(params, lambda P: vision_loss_and_grads(P, images, labels, vcfg))
     out["vision:tiny-digits"] = {
-        "step_s": t["median_s"], "batch": batch, "images_per_s": batch / t["median_s"],
+        "step_s": t, "batch": batch, "images_per_s": batch / t,
         "tokens_per_image": vcfg.num_patches, "params": int(num_params(params)),
         "config": {"width": vcfg.width, "depth": vcfg.depth, "heads": vcfg.num_heads}}
     tick()
@@ -195,20 +199,13 @@ def _train_bench(dev, s, rng, tick):
     lcfg = get_lm_config()
     T = 32 if s["quick"] else lcfg.block_size
     params = lm_init(lcfg, rng, xp, dtype=dtype)
-    opt = AdamW(params, lr=tcfg.lr, betas=(tcfg.beta1, tcfg.beta2),
-                weight_decay=tcfg.weight_decay)
     ids = xp.asarray(host.integers(0, lcfg.vocab_size, size=(batch, T + 1)))
     x_ids, y_ids = ids[:, :-1], ids[:, 1:]
 
-    def lstep():
-        loss, grads, _ = lm_loss_and_grads(opt.params, x_ids, y_ids, lcfg)
-        opt.step(grads)
-        return loss
-
-    t = dev.time(lstep, s["repeats"], max(1, s["warmup"]))
+    t = step_seconds(params, lambda P: lm_loss_and_grads(P, x_ids, y_ids, lcfg))
     out["lm:tiny-char"] = {
-        "step_s": t["median_s"], "batch": batch, "seq_len": T,
-        "tokens_per_s": batch * T / t["median_s"], "params": int(num_params(params)),
+        "step_s": t, "batch": batch, "seq_len": T,
+        "tokens_per_s": batch * T / t, "params": int(num_params(params)),
         "config": {"width": lcfg.width, "depth": lcfg.depth, "heads": lcfg.num_heads}}
     tick()
     return out

@@ -16,7 +16,7 @@ from .. import backend
 from ..bench import (DEFAULT_SIZES, DEFAULT_CONTEXTS, run_benchmark, evaluate_targets,
                      format_report, write_plots)
 from ..io.atomic import atomic_write_text
-from ..io.limits import check_memory
+from ..backend.budget import check_memory
 from .options import bounded, SEED, THREADS
 
 __all__ = ["add_arguments", "run"]

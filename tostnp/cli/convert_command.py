@@ -92,7 +92,8 @@ def _export(args) -> int:
     from ..io.checkpoint import load_checkpoint
     from ..io.interchange import (to_published, write_safetensors, describe_config, check_arch,
                                InterchangeError)
-    from ..models import resolve_checkpoint, config_from_dict
+    from ..io import resolve_checkpoint
+    from ..models import config_from_dict
     from ..nn.params import num_params
     if not args.dst.endswith(".safetensors"):
         raise InterchangeError(f"export writes a .safetensors file; got destination {args.dst!r}")
@@ -139,7 +140,8 @@ def _import_locked(args) -> int:
     from ..io.checkpoint import save_checkpoint, load_checkpoint
     from ..io.interchange import (read_safetensors, describe_config, check_arch, InterchangeError)
     from ..io.limits import loads_json
-    from ..models import resolve_checkpoint, config_from_dict
+    from ..io import resolve_checkpoint
+    from ..models import config_from_dict
     from ..models.configs import dataclass_from_dict
     from ..train.optim import AdamW
     from ..models import num_params

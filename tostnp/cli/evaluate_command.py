@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 import math
 
-from .options import (add_device_argument, add_memory_argument, get_xp_or_exit, bounded,
+from .options import (add_device_argument, add_memory_argument, device_namespace, bounded,
                       check_run_has_data)
 
 
@@ -31,10 +31,8 @@ def add_arguments(parser) -> None:
 
 
 def run(args) -> int:
-    xp = get_xp_or_exit(args.device)
-    if xp is None:
-        return 2
-    from ..models import load_model
+    xp = device_namespace(args.device)
+    from ..io import load_model
     from ..data import load_vision_data, load_lm_text, tokenizer_from_dict
     from ..train.tasks import VisionTask, LMTask
     from ..models.configs import dataclass_from_dict

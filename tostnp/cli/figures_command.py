@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import os
 
-from .options import add_device_argument, add_memory_argument, get_xp_or_exit, bounded
+from .options import add_device_argument, add_memory_argument, device_namespace, bounded
 
 
 def add_arguments(parser) -> None:
@@ -25,9 +25,7 @@ def add_arguments(parser) -> None:
 
 
 def run(args) -> int:
-    xp = get_xp_or_exit(args.device)
-    if xp is None:
-        return 2
+    xp = device_namespace(args.device)
     from ..analysis.figures import vision_figures
     from ..io.atomic import clean_stale_temporaries
     from ..io.checkpoint import resolve_checkpoint

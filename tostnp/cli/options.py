@@ -3,7 +3,6 @@ from __future__ import annotations
 
 import argparse
 import math
-import sys
 
 from .. import backend
 
@@ -13,13 +12,12 @@ def add_device_argument(parser) -> None:
                         help="cpu (NumPy) or gpu (CuPy; needs a CUDA GPU) [cpu]")
 
 
-def get_xp_or_exit(device: str):
-    """The namespace for ``device``, or None after printing the reason (caller returns 2)."""
+def device_namespace(device: str):
+    """The array namespace for ``--device``; ValueError (``error: ...``, exit 2) without a GPU."""
     try:
         return backend.get_xp(device)
     except RuntimeError as e:
-        print(f"error: {e}", file=sys.stderr)
-        return None
+        raise ValueError(str(e)) from None
 
 
 def lm_training_text(config: dict, tokenizer, text_path: str | None = None) -> str:

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import sys
 
-from .options import (add_device_argument, add_memory_argument, get_xp_or_exit, bounded, SEED,
+from .options import (add_device_argument, add_memory_argument, device_namespace, bounded, SEED,
                       check_run_has_data)
 
 
@@ -33,11 +33,9 @@ def add_arguments(parser) -> None:
 
 
 def run(args) -> int:
-    xp = get_xp_or_exit(args.device)
-    if xp is None:
-        return 2
+    xp = device_namespace(args.device)
     from ..data import tokenizer_from_dict
-    from ..models import load_model
+    from ..io import load_model
     from ..analysis.wordrate import sample_text
     from ..models.memory import check_model_fits
     kind, cfg, params, config = load_model(args.checkpoint, xp=xp)

@@ -21,7 +21,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import sys
 import time
 from dataclasses import replace
 
@@ -33,7 +32,7 @@ from ..train.loop import MAX_STEPS, MAX_BATCH
 from ..models.configs import SIZE_LIMITS
 from ..io.runlock import run_lock
 from .train_seeds import train_over_seeds
-from .options import (add_device_argument, add_memory_argument, get_xp_or_exit, bounded, SEED,
+from .options import (add_device_argument, add_memory_argument, device_namespace, bounded, SEED,
                       THREADS, check_run_has_data)
 
 # The files of a run directory: what --overwrite replaces and what makes a directory "a run".
@@ -80,7 +79,7 @@ def add_arguments(parser) -> None:
     v.add_argument("--cab", choices=["published", "cls-only"], default=None,
                    help="class-attention block: the published XCiT block or CaiT's [published]")
     _add_common(v, "runs/vision")
-    v.set_defaults(_train=_run_vision)
+    v.set_defaults(_train=_vision)
 
     m = sub.add_parser("lm", help="causal language model (subword tokens by default)",
                        description="Train a causal ToST language model on a text file (default: "
@@ -109,7 +108,7 @@ def add_arguments(parser) -> None:
                    help="samples (prompt 'The ', 1000 characters, seeds 0..N-1) whose word rate "
                         "is reported at the end; 0 = none [3]")
     _add_common(m, "runs/lm")
-    m.set_defaults(_train=_run_lm)
+    m.set_defaults(_train=_lm)
 
 
 def _add_common(p, default_out) -> None:
@@ -165,9 +164,7 @@ def _add_common(p, default_out) -> None:
 
 
 def run(args) -> int:
-    xp = get_xp_or_exit(args.device)
-    if xp is None:
-        return 2
+    xp = device_namespace(args.device)
     if args.resume and args.overwrite:
         raise ValueError("--resume continues the run in --out and --overwrite replaces it: "
                          "give one of them")
@@ -177,9 +174,9 @@ def run(args) -> int:
             seeds = parse_seeds(args.seeds)
         except ValueError as e:
             raise ValueError(f"--seeds: {e}") from None
-    kind = "vision" if args._train is _run_vision else "lm"
-    job = (lambda: train_over_seeds(args, xp, seeds, kind)) if seeds else \
-        (lambda: args._train(args, xp)[0])
+    kind = "vision" if args._train is _vision else "lm"
+    job = (lambda: train_over_seeds(args, xp, seeds, kind, run_one)) if seeds else \
+        (lambda: run_one(args, xp)[0])
     n = backend.cpu_cores() if args.threads is None else args.threads
     # freed activations stay in the process for the next step instead of being unmapped and
     # faulted in (zeroed by the kernel) again: measured in `python -m tostnp bench --train`
@@ -199,6 +196,15 @@ def _field(config, key, typ, out):
         raise ValueError(f"checkpoint in {out}: {key!r} must be a {typ.__name__}"
                          f"{' >= 0' if typ is int else ''}, got {v!r}")
     return v
+
+
+def run_one(args, xp):
+    """One run of ``train vision`` or ``train lm`` -> (exit status, result dict or None), holding
+    the run directory's lock throughout."""
+    kind = "vision" if args._train is _vision else "lm"
+    with run_lock(args.out, f"train {kind}"):
+        _prepare_out(args)
+        return args._train(args, xp)
 
 
 def _prepare_out(args) -> None:
@@ -265,7 +271,7 @@ def _check_resume_options(args, config, cfg, tcfg) -> None:
 def _load_resume_config(args, kind):
     """(config dict, TrainConfig, model cfg) of the checkpoint in --out, all validated, and
     the options given checked against them."""
-    from ..models import read_model_checkpoint
+    from ..io import read_model_checkpoint
     from ..models.configs import dataclass_from_dict
     from ..train.loop import TrainConfig
     prefix = os.path.join(args.out, "checkpoint")
@@ -320,13 +326,6 @@ def _finish(args, kind, seed, result) -> None:
     result = {"task": kind, "seed": seed, **result,
               "loadavg_1min_end": os.getloadavg()[0]}
     atomic_write_text(os.path.join(args.out, "result.json"), json.dumps(result, indent=1) + "\n")
-
-
-def _run_vision(args, xp):
-    """One vision run -> (exit status, result dict or None), holding the run directory."""
-    with run_lock(args.out, "train vision"):
-        _prepare_out(args)
-        return _vision(args, xp)
 
 
 def _vision(args, xp):
@@ -420,14 +419,6 @@ def _vision(args, xp):
     _say(args, f"run directory: {args.out} (checkpoint.npz + .json, metrics.jsonl, result.json, "
                f"curves.png)")
     return 0, result
-
-
-def _run_lm(args, xp):
-    """One language-model run -> (exit status, result dict or None), holding the run
-    directory."""
-    with run_lock(args.out, "train lm"):
-        _prepare_out(args)
-        return _lm(args, xp)
 
 
 def _lm(args, xp):

@@ -24,10 +24,10 @@ _SEED_KEYS = {"vision": [("test_acc", "test accuracy", "{:.2%}"),
                      ("word_rate", "word rate", "{:.1%}")]}
 
 
-def train_over_seeds(args, xp, seeds, kind) -> int:
+def train_over_seeds(args, xp, seeds, kind, train_one) -> int:
     """``--seeds``: one full run per seed in ``--out/seed-S``, then mean ± sd (seeds.json).
 
-    ``args._train(args, xp) -> (exit code, result dict)`` trains one run; ``kind``: vision|lm."""
+    ``train_one(args, xp) -> (exit code, result dict)`` trains one run; ``kind``: vision|lm."""
     root, failed = args.out, []
 
     def one(seed):
@@ -36,7 +36,7 @@ def train_over_seeds(args, xp, seeds, kind) -> int:
                                     "resume": args.resume and os.path.isfile(
                                         os.path.join(root, f"seed-{seed}", "checkpoint.npz")),
                                     "quiet": seed != seeds[0]})
-        rc, res = args._train(sub, xp)
+        rc, res = train_one(sub, xp)
         if rc or res is None:
             failed.append(seed)
             raise _SeedFailed(rc or 1)

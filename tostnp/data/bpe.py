@@ -24,7 +24,17 @@ import re
 
 import numpy as np
 
-__all__ = ["CHUNK_RE", "BPETokenizer"]
+__all__ = ["CHUNK_RE", "BPETokenizer", "decode_ids"]
+
+
+def decode_ids(ids, tokens) -> str:
+    """The text of token ``ids`` (any iterable of ints): the concatenation of ``tokens[i]``;
+    ValueError for an id outside [0, len(tokens)). Both tokenizers decode through here."""
+    ids = np.asarray(ids).reshape(-1)
+    if ids.size and (ids.min() < 0 or ids.max() >= len(tokens)):
+        raise ValueError(f"ids must lie in [0, {len(tokens)}), got range "
+                         f"[{ids.min()}, {ids.max()}]")
+    return "".join(tokens[int(i)] for i in ids)
 
 # letters (+ one trailing space) | digits (+ space) | punctuation or "_" (+ space) | white space.
 # Every character falls in exactly one class, so the chunks spell the text exactly.
@@ -135,11 +145,7 @@ class BPETokenizer:
 
     def decode(self, ids) -> str:
         """ids: any iterable of ints (list, host array) -> str."""
-        ids = np.asarray(ids).reshape(-1)
-        if ids.size and (ids.min() < 0 or ids.max() >= self.vocab_size):
-            raise ValueError(f"ids must lie in [0, {self.vocab_size}), got range "
-                             f"[{ids.min()}, {ids.max()}]")
-        return "".join(self.tokens[int(i)] for i in ids)
+        return decode_ids(ids, self.tokens)
 
     def to_dict(self) -> dict:
         return {"type": "bpe", "chars": self.chars, "merges": [list(m) for m in self.merges]}

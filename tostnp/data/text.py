@@ -9,6 +9,7 @@ import os
 import numpy as np
 
 from ..backend import RNG
+from .bpe import decode_ids
 
 __all__ = ["load_text", "CharTokenizer", "tokenizer_from_dict", "train_val_split",
            "load_lm_text", "sample_lm_batch", "unigram_bits_per_char"]
@@ -79,11 +80,7 @@ class CharTokenizer:
 
     def decode(self, ids) -> str:
         """ids: any iterable of ints (list, host array) -> str."""
-        ids = np.asarray(ids).reshape(-1)
-        if ids.size and (ids.min() < 0 or ids.max() >= self.vocab_size):
-            raise ValueError(f"ids must lie in [0, {self.vocab_size}), got range "
-                             f"[{ids.min()}, {ids.max()}]")
-        return "".join(self.chars[int(i)] for i in ids)
+        return decode_ids(ids, self.chars)
 
     def to_dict(self) -> dict:
         return {"type": "char", "chars": self.chars}

@@ -21,7 +21,8 @@ from ..train.seeds import run_over_seeds
 from ..io.atomic import atomic_savefig, atomic_write_text
 from ..train.loop import TrainConfig, train
 
-__all__ = ["train_run", "peak_step_bytes", "Recorder", "fmt", "savefig"]
+__all__ = ["train_run", "train_digits", "peak_step_bytes", "Recorder", "fmt", "markdown_table",
+           "savefig"]
 
 
 def train_run(task, tcfg: TrainConfig) -> dict:
@@ -34,6 +35,22 @@ def train_run(task, tcfg: TrainConfig) -> dict:
     evals = [r for r in res["metrics"] if r["kind"] == "eval"]
     return {"params": res["params"], "metrics": res["metrics"], "final": evals[-1],
             "wall_s": wall, "cpu_s": cpu}
+
+
+def train_digits(cfg, data, s: dict, seed: int):
+    """Train the vision model ``cfg`` on the digits split ``data`` with an experiment's settings
+    ``s`` (batch_size, augment_shift, epochs, max_steps, lr, warmup_epochs, weight_decay)
+    -> (task, :func:`train_run`'s record, steps)."""
+    from ..train.tasks import VisionTask
+    task = VisionTask(cfg, data, batch_size=s["batch_size"], seed=seed,
+                      augment_shift=s["augment_shift"], data_name="digits")
+    spe = task.steps_per_epoch
+    steps = min(s["epochs"] * spe, s["max_steps"] or s["epochs"] * spe)
+    tcfg = TrainConfig(steps=steps, batch_size=task.batch_size, lr=s["lr"],
+                       warmup_steps=min(s["warmup_epochs"] * spe, steps),
+                       weight_decay=s["weight_decay"], eval_every=0, log_every=steps,
+                       seed=seed).validate()
+    return task, train_run(task, tcfg), steps
 
 
 def peak_step_bytes(task, params) -> int:
@@ -92,6 +109,13 @@ class Recorder:
         self.data["loadavg_1min"]["end"] = _loadavg()
         atomic_write_text(self.path, json.dumps(self.data, indent=1) + "\n")
         return self.path
+
+
+def markdown_table(columns, rows) -> str:
+    """A Markdown table: a header of ``columns``, then one line per row of cells."""
+    lines = ["| " + " | ".join(columns) + " |", "|" + "---|" * len(columns)]
+    lines += ["| " + " | ".join(str(c) for c in r) + " |" for r in rows]
+    return "\n".join(lines)
 
 
 def fmt(entry: dict, key: str, scale: float = 1.0, digits: int = 3) -> str:

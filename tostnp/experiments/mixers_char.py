@@ -18,7 +18,7 @@ and ``needle``.)
 """
 from __future__ import annotations
 
-from .common import train_run, fmt, savefig
+from .common import train_run, fmt, markdown_table, savefig
 from ..nn.mixers import MIXERS
 
 NAME = "mixers-char"
@@ -108,13 +108,12 @@ def run(rec, s, seeds):
 
 
 def table(data) -> str:
-    rows = ["| comparison | mixer | width | parameters | steps | val bits/char | "
-            "train CPU time (s) | CPU ms / step |", "|---|---|---|---|---|---|---|---|"]
-    for e in data["results"]:
-        rows.append(f"| {e['part']} | {e['mixer']} | {e['width']} | {int(e['mean']['params']):,} | "
-                    f"{int(e['mean']['steps'])} | {fmt(e, 'val_bpc')} | {fmt(e, 'cpu_s', 1, 1)} | "
-                    f"{fmt(e, 'cpu_ms_per_step', 1, 1)} |")
-    return "\n".join(rows)
+    return markdown_table(
+        ["comparison", "mixer", "width", "parameters", "steps", "val bits/char",
+         "train CPU time (s)", "CPU ms / step"],
+        [[e["part"], e["mixer"], e["width"], f"{int(e['mean']['params']):,}",
+          int(e["mean"]["steps"]), fmt(e, "val_bpc"), fmt(e, "cpu_s", 1, 1),
+          fmt(e, "cpu_ms_per_step", 1, 1)] for e in data["results"]])
 
 
 def plot(data, path):

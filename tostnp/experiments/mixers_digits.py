@@ -11,7 +11,7 @@ settings are the preset's, shortened, and the same for every mixer).
 from __future__ import annotations
 
 from ..nn.mixers import MIXERS
-from .common import train_run, peak_step_bytes, fmt, savefig
+from .common import train_digits, peak_step_bytes, fmt, markdown_table, savefig
 
 NAME = "mixers-digits"
 QUESTION = ("Test accuracy, training time and peak memory of every token mixer in the same "
@@ -25,22 +25,12 @@ QUICK = dict(FULL, mixers=["tssa", "flash"], epochs=1, max_steps=3,
 def run(rec, s, seeds):
     from ..data import load_digits_split
     from ..models import get_vision_config, num_params
-    from ..train.tasks import VisionTask
-    from ..train.loop import TrainConfig
     data = load_digits_split()
     for mixer in s["mixers"]:
         cfg = get_vision_config(s["config"], mixer=mixer, **s["overrides"])
 
         def one(seed, cfg=cfg):
-            task = VisionTask(cfg, data, batch_size=s["batch_size"], seed=seed,
-                              augment_shift=s["augment_shift"], data_name="digits")
-            spe = task.steps_per_epoch
-            steps = min(s["epochs"] * spe, s["max_steps"] or s["epochs"] * spe)
-            tcfg = TrainConfig(steps=steps, batch_size=task.batch_size, lr=s["lr"],
-                               warmup_steps=min(s["warmup_epochs"] * spe, steps),
-                               weight_decay=s["weight_decay"], eval_every=0,
-                               log_every=steps, seed=seed).validate()
-            r = train_run(task, tcfg)
+            task, r, steps = train_digits(cfg, data, s, seed)
             return {"test_acc": r["final"]["test_acc"], "test_loss": r["final"]["test_loss"],
                     "wall_s": r["wall_s"], "cpu_s": r["cpu_s"],
                     "cpu_ms_per_step": 1e3 * r["cpu_s"] / steps, "steps": steps,
@@ -50,13 +40,12 @@ def run(rec, s, seeds):
 
 
 def table(data) -> str:
-    rows = ["| mixer | parameters | test accuracy (%) | train CPU time (s) | CPU ms / step | "
-            "peak memory fwd+bwd (MB) |", "|---|---|---|---|---|---|"]
-    for e in data["results"]:
-        rows.append(f"| {e['mixer']} | {int(e['mean']['params']):,} | "
-                    f"{fmt(e, 'test_acc', 100, 1)} | {fmt(e, 'cpu_s', 1, 1)} | "
-                    f"{fmt(e, 'cpu_ms_per_step', 1, 1)} | {fmt(e, 'peak_mb', 1, 2)} |")
-    return "\n".join(rows)
+    return markdown_table(
+        ["mixer", "parameters", "test accuracy (%)", "train CPU time (s)", "CPU ms / step",
+         "peak memory fwd+bwd (MB)"],
+        [[e["mixer"], f"{int(e['mean']['params']):,}", fmt(e, "test_acc", 100, 1),
+          fmt(e, "cpu_s", 1, 1), fmt(e, "cpu_ms_per_step", 1, 1), fmt(e, "peak_mb", 1, 2)]
+         for e in data["results"]])
 
 
 def plot(data, path):

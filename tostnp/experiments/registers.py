@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .common import train_run, fmt, savefig
+from .common import train_digits, fmt, markdown_table, savefig
 
 NAME = "registers"
 QUESTION = ("Do register tokens change ToST's membership maps and token statistics (the "
@@ -61,8 +61,6 @@ def _statistics(params, cfg, X):
 def run(rec, s, seeds):
     from ..data import load_digits_split
     from ..models import get_vision_config
-    from ..train.tasks import VisionTask
-    from ..train.loop import TrainConfig
     data = load_digits_split()
     X_test, y_test = data[2], data[3]
     pick = [int(np.flatnonzero(y_test == c)[0]) for c in range(s["map_images"])]
@@ -72,15 +70,7 @@ def run(rec, s, seeds):
         cfg = get_vision_config(s["config"], num_registers=R, **s["overrides"])
 
         def one(seed, cfg=cfg, R=R):
-            task = VisionTask(cfg, data, batch_size=s["batch_size"], seed=seed,
-                              augment_shift=s["augment_shift"], data_name="digits")
-            spe = task.steps_per_epoch
-            steps = min(s["epochs"] * spe, s["max_steps"] or s["epochs"] * spe)
-            tcfg = TrainConfig(steps=steps, batch_size=task.batch_size, lr=s["lr"],
-                               warmup_steps=min(s["warmup_epochs"] * spe, steps),
-                               weight_decay=s["weight_decay"], eval_every=0, log_every=steps,
-                               seed=seed).validate()
-            r = train_run(task, tcfg)
+            _, r, _ = train_digits(cfg, data, s, seed)
             stats, _ = _statistics(r["params"], cfg, X_test)
             if seed == seeds[0]:
                 _, Pi = _statistics(r["params"], cfg, X_test[pick])
@@ -94,13 +84,12 @@ def run(rec, s, seeds):
 
 
 def table(data) -> str:
-    rows = ["| registers | test accuracy (%) | largest patch share of the statistics (%) | "
-            "register share (%) | max / median token norm |", "|---|---|---|---|---|"]
-    for e in data["results"]:
-        rows.append(f"| {e['registers']} | {fmt(e, 'test_acc', 100, 1)} | "
-                    f"{fmt(e, 'max_patch_share', 100, 1)} | {fmt(e, 'register_share', 100, 1)} "
-                    f"| {fmt(e, 'norm_ratio', 1, 2)} |")
-    return "\n".join(rows)
+    return markdown_table(
+        ["registers", "test accuracy (%)", "largest patch share of the statistics (%)",
+         "register share (%)", "max / median token norm"],
+        [[e["registers"], fmt(e, "test_acc", 100, 1), fmt(e, "max_patch_share", 100, 1),
+          fmt(e, "register_share", 100, 1), fmt(e, "norm_ratio", 1, 2)]
+         for e in data["results"]])
 
 
 def plot(data, path):

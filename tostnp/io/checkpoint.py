@@ -28,7 +28,7 @@ Safety
   uncompressed (a compressed member could inflate without bound), each a ``.npy`` of a plain
   numeric dtype whose header shape times item size equals the member's size, all of them
   together at most ``max_bytes`` and within the memory available
-  (:func:`tostnp.io.limits.memory_budget`). Members are then streamed into their arrays (the
+  (:func:`tostnp.backend.budget.memory_budget`). Members are then streamed into their arrays (the
   file is never read whole); the metadata is JSON of bounded size and nesting depth
   (:func:`tostnp.io.limits.loads_json`). Zip CRCs detect corrupted bytes; ``allow_pickle`` is
   never used: a checkpoint is data, never code (an object array is refused).
@@ -51,7 +51,8 @@ import numpy as np
 
 from ..backend import to_host
 from .atomic import atomic_path, atomic_write_text, clean_stale_temporaries
-from .limits import check_memory, loads_json
+from ..backend.budget import check_memory
+from .limits import loads_json
 
 __all__ = ["save_checkpoint", "load_checkpoint", "checkpoint_paths", "resolve_checkpoint",
            "clean_temporaries", "MAX_CHECKPOINT_BYTES"]
@@ -266,7 +267,7 @@ def load_checkpoint(path, *, max_bytes: int = MAX_CHECKPOINT_BYTES):
     Raises FileNotFoundError if the ``.npz`` (or, for version 1, the ``.json``) is missing and
     ValueError if anything does not check out: corrupted or truncated bytes, members other than
     plain numeric arrays, compressed members, more than ``max_bytes`` of arrays or more than the
-    memory available (:func:`tostnp.io.limits.memory_budget`), metadata that is not a tostnp
+    memory available (:func:`tostnp.backend.budget.memory_budget`), metadata that is not a tostnp
     checkpoint or JSON nested too deep. Sizes are checked from the zip directory and the
     ``.npy`` headers before anything is read; the file is never read whole into memory.
     """

@@ -108,11 +108,7 @@ def variational_compression(Z, Pi, U, eps):
     -------
     R^var_c : array (...), the dtype of Z.
     """
-    xp = _check_Z(Z)
-    _check_Pi(Pi, Z)
-    _check_U(U, Z)
-    _check_K(Pi, U)
-    eps = check_positive(eps, "eps")
+    xp, eps = _check_args(Z, Pi, U, eps)
     return _finite(xp, _variational_compression(xp, Z, Pi, U, eps), Z)
 
 
@@ -136,12 +132,17 @@ def variational_compression_grad(Z, Pi, U, eps):
     -------
     grad : array (..., n, d), the dtype of Z.
     """
+    xp, eps = _check_args(Z, Pi, U, eps)
+    return _finite(xp, _variational_compression_grad(xp, Z, Pi, U, eps), Z)
+
+
+def _check_args(Z, Pi, U, eps):
+    """The checks shared by the functions of (Z, Pi, U, eps) -> (namespace, eps as a float)."""
     xp = _check_Z(Z)
     _check_Pi(Pi, Z)
     _check_U(U, Z)
     _check_K(Pi, U)
-    eps = check_positive(eps, "eps")
-    return _finite(xp, _variational_compression_grad(xp, Z, Pi, U, eps), Z)
+    return xp, check_positive(eps, "eps")
 
 
 def tssa_step(Z, Pi, U, eps, tau):
@@ -159,7 +160,7 @@ def tssa_step(Z, Pi, U, eps, tau):
     -------
     Z+ : array (..., n, d), the dtype of Z.
     """
-    tau = check_positive(tau, "tau")
+    tau = check_positive(tau, "tau")     # the gradient's own door checks Z, Pi, U and eps
     return Z - tau * variational_compression_grad(Z, Pi, U, eps)
 
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, fields, replace
 
-from ..nn.mixers import check_mixer
+from ..nn.params import check_mixer
 
 __all__ = ["VisionConfig", "LMConfig", "SeqConfig", "VISION_CONFIGS", "LM_CONFIGS", "get_vision_config",
            "get_lm_config", "VisionTrainPreset", "LMTrainPreset", "VISION_TRAIN_PRESETS",
@@ -39,6 +39,16 @@ def _check_fields(cfg, int_fields, float_fields) -> None:
                 or (v <= 0 if positive else v < 0):
             raise ValueError(f"{f} must be a finite number {'>' if positive else '>='} 0, "
                              f"got {v!r}")
+
+
+def _check_model(cfg, int_fields) -> None:
+    """What every model config checks: its int fields, the three float fields of the blocks,
+    num_heads dividing the width, a known mixer."""
+    _check_fields(cfg, int_fields, {"layer_scale_init": False, "ln_eps": True, "init_std": False})
+    if cfg.width % cfg.num_heads:
+        raise ValueError(f"width ({cfg.width}) must be a multiple of num_heads "
+                         f"({cfg.num_heads})")
+    check_mixer(cfg.mixer)
 
 
 @dataclass(frozen=True)
@@ -95,24 +105,19 @@ class VisionConfig:
         return self.image_size // self.patch_size
 
     def validate(self) -> "VisionConfig":
-        _check_fields(self, ("image_size", "in_chans", "patch_size", "num_classes", "width",
-                             "depth", "num_heads", "mlp_ratio", "num_cls_blocks"),
-                      {"layer_scale_init": False, "ln_eps": True, "init_std": False})
+        _check_model(self, ("image_size", "in_chans", "patch_size", "num_classes", "width",
+                            "depth", "num_heads", "mlp_ratio", "num_cls_blocks"))
         if self.image_size % self.patch_size:
             raise ValueError(f"image_size ({self.image_size}) must be a multiple of "
                              f"patch_size ({self.patch_size})")
-        if self.width % self.num_heads:
-            raise ValueError(f"width ({self.width}) must be a multiple of num_heads "
-                             f"({self.num_heads})")
         for f, choices in (("pool", ("cls", "mean")), ("stem", ("linear", "conv")),
                            ("pos", ("learned", "fourier")), ("gelu", ("tanh", "erf")),
                            ("cab", ("published", "cls-only"))):
             if getattr(self, f) not in choices:
                 raise ValueError(f"{f} must be one of {choices}, got {getattr(self, f)!r}")
         if self.stem == "conv":
-            from ..nn.stem import stem_channels
+            from ..nn.params import stem_channels
             stem_channels(self.in_chans, self.width, self.patch_size)   # ValueError if unfit
-        check_mixer(self.mixer)
         if isinstance(self.num_registers, bool) or not isinstance(self.num_registers, int) \
                 or self.num_registers < 0:
             raise ValueError(f"num_registers must be an int >= 0, got {self.num_registers!r}")
@@ -152,19 +157,14 @@ class LMConfig:
         return self.bias if self.ln_bias is None else self.ln_bias
 
     def validate(self) -> "LMConfig":
-        _check_fields(self, ("vocab_size", "block_size", "width", "depth", "num_heads",
-                             "mlp_ratio"),
-                      {"layer_scale_init": False, "ln_eps": True, "init_std": False})
-        if self.width % self.num_heads:
-            raise ValueError(f"width ({self.width}) must be a multiple of num_heads "
-                             f"({self.num_heads})")
+        _check_model(self, ("vocab_size", "block_size", "width", "depth", "num_heads",
+                            "mlp_ratio"))
         if self.gelu not in ("tanh", "erf"):
             raise ValueError(f"gelu must be 'tanh' or 'erf', got {self.gelu!r}")
         for f in ("bias", "ln_bias"):
             v = getattr(self, f)
             if not (isinstance(v, bool) or (f == "ln_bias" and v is None)):
                 raise ValueError(f"{f} must be True or False, got {v!r}")
-        check_mixer(self.mixer)
         return self
 
 
@@ -190,13 +190,8 @@ class SeqConfig:
     init_std: float = 0.02
 
     def validate(self) -> "SeqConfig":
-        _check_fields(self, ("in_dim", "max_len", "num_classes", "width", "depth", "num_heads",
-                             "mlp_ratio"),
-                      {"layer_scale_init": False, "ln_eps": True, "init_std": False})
-        if self.width % self.num_heads:
-            raise ValueError(f"width ({self.width}) must be a multiple of num_heads "
-                             f"({self.num_heads})")
-        check_mixer(self.mixer)
+        _check_model(self, ("in_dim", "max_len", "num_classes", "width", "depth", "num_heads",
+                            "mlp_ratio"))
         return self
 
 

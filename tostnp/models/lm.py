@@ -24,17 +24,17 @@ Parameters: "wte" (V, C), "wpe" (block_size, C), "blocks.{i}.<tost block keys>",
 """
 from __future__ import annotations
 
-import contextlib
 import math
 
 from .. import backend
-from ..backend.validate import checked_once, trusted
+from ..backend.validate import check_array, check_params, check_token_ids
 from ..nn import layers as L
 from ..nn import block as Bk
+from ..nn.params import tost_block_spec
 from ..nn.params import sub, prefixed, num_params
 from .configs import LMConfig
 
-__all__ = ["lm_init", "lm_forward", "lm_backward", "lm_loss_and_grads", "lm_generate"]
+__all__ = ["lm_init", "lm_forward", "lm_backward", "lm_loss_and_grads", "lm_generate", "lm_spec"]
 
 
 def lm_init(cfg: LMConfig, rng, xp, dtype=None, device=None) -> dict:
@@ -60,43 +60,50 @@ def lm_init(cfg: LMConfig, rng, xp, dtype=None, device=None) -> dict:
     return params
 
 
+def lm_spec(cfg: LMConfig) -> dict:
+    """{key: (shape, required)} of the parameters of ``cfg`` (as :func:`lm_init` makes them;
+    linear biases and LayerNorm shifts optional)."""
+    C, V = cfg.width, cfg.vocab_size
+    spec = {"wte": ((V, C), True), "wpe": ((cfg.block_size, C), True)}
+    block = tost_block_spec(C, cfg.num_heads, True, cfg.mixer, H=cfg.mlp_ratio * C,
+                               max_len=cfg.block_size)
+    for i in range(cfg.depth):
+        spec.update({f"blocks.{i}.{k}": v for k, v in block.items()})
+    spec.update({"ln_f.gamma": ((C,), True), "ln_f.beta": ((C,), False)})
+    return spec
 
-def _check_ids(ids, cfg):
-    xp = backend.namespace(ids)
-    if ids.ndim != 2 or xp.isdtype(ids.dtype, "real floating"):
-        raise ValueError(f"ids must be an integer array of shape (B, T), got "
-                         f"{ids.dtype} {tuple(ids.shape)}")
-    if ids.shape[1] > cfg.block_size:
-        raise ValueError(f"ids has T = {ids.shape[1]} tokens, more than block_size = "
-                         f"{cfg.block_size}")
-    return xp
+
+def _check_params(params, cfg):
+    """The parameters must be those of ``cfg``, in one floating dtype (that of "wte")."""
+    spec = lm_spec(cfg)
+    wte = params.get("wte") if isinstance(params, dict) else None
+    check_params(params, spec, getattr(wte, "dtype", None))
 
 
 def lm_forward(ids, params: dict, cfg: LMConfig):
     """ids (B, T) integer -> (logits (B, T, V), cache).
 
-    The parameters are checked by every layer on the first call with their names, shapes and
-    dtypes, and not again on later calls with the same ones (:func:`tostnp.backend.validate.checked_once`);
-    ``ids`` are checked on every call.
+    The door of the model: ``ids`` and ``params`` are checked here, once (one line naming the
+    wrong argument or key); the layers below trust them.
     """
-    xp = _check_ids(ids, cfg)
-    with checked_once(("lm", cfg), params, ids) as trusted:
-        logits, cache = _forward(ids, params, cfg, xp)
-    cache["trusted"] = trusted
-    return logits, cache
+    spec = lm_spec(cfg)
+    xp = check_token_ids(ids, "ids", cfg.vocab_size, cfg.block_size,
+                         f"for W of shape (V, C) = {(cfg.vocab_size, cfg.width)}")
+    wte = params.get("wte") if isinstance(params, dict) else None
+    check_params(params, spec, getattr(wte, "dtype", None))
+    return _forward(ids, params, cfg, xp)
 
 
 def _forward(ids, params, cfg, xp):
     T = ids.shape[1]
-    tok, c_emb = L.embedding_forward(ids, params["wte"])                  # (B, T, C)
+    tok, c_emb = L._embedding_forward(ids, params["wte"])                 # (B, T, C)
     x = tok + params["wpe"][:T, :]
     c_blocks = []
     for i in range(cfg.depth):
-        x, c = Bk.tost_block_forward(x, sub(params, f"blocks.{i}"), cfg.num_heads,
-                                     causal=True, ln_eps=cfg.ln_eps, gelu=cfg.gelu,
-                                     mixer=cfg.mixer)
+        x, c = Bk._tost_block_forward(x, sub(params, f"blocks.{i}"), cfg.num_heads, True,
+                                      cfg.ln_eps, cfg.gelu, cfg.mixer)
         c_blocks.append(c)
-    h, c_ln = L.layer_norm_forward(x, params["ln_f.gamma"], params.get("ln_f.beta"), cfg.ln_eps)
+    h, c_ln = L._layer_norm_forward(x, params["ln_f.gamma"], params.get("ln_f.beta"), cfg.ln_eps)
     logits = L.rows_matmul(xp, h, xp.matrix_transpose(params["wte"]))      # (B, T, V)
     return logits, {"emb": c_emb, "blocks": c_blocks, "ln_f": c_ln, "h": h, "T": T,
                     "wte": params["wte"], "cfg": cfg}
@@ -104,8 +111,13 @@ def _forward(ids, params, cfg, xp):
 
 def lm_backward(dlogits, cache) -> dict:
     """dlogits (B, T, V) -> grads (same keys as the parameters)."""
-    with trusted() if cache.get("trusted") else contextlib.nullcontext():
-        return _backward(dlogits, cache)
+    check_array(dlogits, "dlogits", ndim=3, shape_desc="(B, T, V)")
+    h, V = cache["h"], cache["wte"].shape[0]
+    want = tuple(h.shape[:2]) + (V,)
+    if tuple(dlogits.shape) != want or dlogits.dtype != h.dtype:
+        raise ValueError(f"dlogits must have the logits' shape {want} and dtype {h.dtype}, "
+                         f"got {dlogits.dtype} {tuple(dlogits.shape)}")
+    return _backward(dlogits, cache)
 
 
 def _backward(dlogits, cache) -> dict:
@@ -118,7 +130,7 @@ def _backward(dlogits, cache) -> dict:
     grads = {}
     dx, g = L.layer_norm_backward(dh, cache["ln_f"]); grads.update(prefixed(g, "ln_f"))
     for i in reversed(range(cfg.depth)):
-        dx, g = Bk.tost_block_backward(dx, cache["blocks"][i])
+        dx, g = Bk._tost_block_backward(dx, cache["blocks"][i])
         grads.update(prefixed(g, f"blocks.{i}"))
     dwpe = xp.sum(dx, axis=0)                                              # (T, C)
     if T < cfg.block_size:
@@ -136,7 +148,7 @@ def lm_loss_and_grads(params: dict, ids, targets, cfg: LMConfig):
     loss, c_loss = L.softmax_cross_entropy_forward(logits, targets)
     xp = backend.namespace(logits)
     dlogits, _ = L.softmax_cross_entropy_backward(xp.ones_like(loss), c_loss)
-    return loss, lm_backward(dlogits, cache), logits
+    return loss, _backward(dlogits, cache), logits
 
 
 # --------------------------------------------------------------------------------------------
@@ -151,7 +163,7 @@ class _Decoder:
         self.reset()
 
     def reset(self):
-        self.states = [Bk.tost_block_decode_init(self.B, p, self.cfg.num_heads)
+        self.states = [Bk._tost_block_decode_init(self.B, p, self.cfg.num_heads)
                        for p in self.blocks]
         self.t = 0
 
@@ -161,11 +173,10 @@ class _Decoder:
         cfg, p = self.cfg, self.params
         x = xp.take(p["wte"], ids_t, axis=0) + p["wpe"][self.t, :]        # (B, C)
         for i, bp in enumerate(self.blocks):
-            x, self.states[i] = Bk.tost_block_decode_step(self.states[i], x, bp, cfg.num_heads,
-                                                          self.t, ln_eps=cfg.ln_eps,
-                                                          gelu=cfg.gelu)
+            x, self.states[i] = Bk._tost_block_decode_step(self.states[i], x, bp, cfg.num_heads,
+                                                           self.t, cfg.ln_eps, cfg.gelu)
         self.t += 1
-        h, _ = L.layer_norm_forward(x, p["ln_f.gamma"], p.get("ln_f.beta"), cfg.ln_eps)
+        h, _ = L._layer_norm_forward(x, p["ln_f.gamma"], p.get("ln_f.beta"), cfg.ln_eps)
         return h @ xp.matrix_transpose(p["wte"])                           # (B, V)
 
 
@@ -209,13 +220,8 @@ def lm_generate(params: dict, cfg: LMConfig, prompt_ids, length: int, *,
     if prompt_ids.ndim != 2 or prompt_ids.shape[1] < 1:
         raise ValueError(f"prompt_ids must have shape (B, T0) with T0 >= 1, got "
                          f"{tuple(prompt_ids.shape)}")
-    if xp.isdtype(prompt_ids.dtype, "real floating") or xp.isdtype(prompt_ids.dtype, "bool"):
-        raise ValueError(f"prompt_ids must be integer token ids, got dtype {prompt_ids.dtype}")
-    if prompt_ids.shape[0] and (int(xp.min(prompt_ids)) < 0
-                                or int(xp.max(prompt_ids)) >= cfg.vocab_size):
-        raise ValueError(f"prompt_ids must be token ids in [0, {cfg.vocab_size - 1}] "
-                         f"(vocab_size {cfg.vocab_size}), got values in "
-                         f"[{int(xp.min(prompt_ids))}, {int(xp.max(prompt_ids))}]")
+    check_token_ids(prompt_ids, "prompt_ids", cfg.vocab_size)
+    _check_params(params, cfg)
     try:
         t_ok = not isinstance(temperature, bool) and math.isfinite(float(temperature)) \
             and float(temperature) >= 0
@@ -233,7 +239,7 @@ def lm_generate(params: dict, cfg: LMConfig, prompt_ids, length: int, *,
         # the baselines (and TSSA with a fixed Pi) have no recurrent decoder here: re-run the
         # forward over the last block_size tokens for every new token (O(T) per token or more)
         for _ in range(length):
-            logits, _ = lm_forward(seq[:, -cfg.block_size:], params, cfg)
+            logits, _ = _forward(seq[:, -cfg.block_size:], params, cfg, xp)
             nxt = _pick(logits[:, -1, :], temperature, top_k, rng)         # (B,)
             seq = xp.concat([seq, xp.reshape(nxt, (-1, 1))], axis=1)
         return seq

@@ -7,11 +7,11 @@
 * :func:`estimate_bytes` -- parameters plus the activations of one batch (forward only for
   evaluation and sampling; forward caches, gradients and AdamW's two moments for training).
   An estimate within a small factor, for refusing sizes that cannot fit, not for planning.
-* :func:`check_model_fits` -- :func:`tostnp.io.limits.check_memory` of that estimate.
+* :func:`check_model_fits` -- :func:`tostnp.backend.budget.check_memory` of that estimate.
 """
 from __future__ import annotations
 
-from ..io.limits import check_memory
+from ..backend.budget import check_memory
 
 __all__ = ["param_terms", "param_lower_bound", "estimate_bytes", "check_model_fits"]
 

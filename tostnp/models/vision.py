@@ -38,22 +38,22 @@ Parameters are one flat dict with dotted names: "patch.W", "patch.b" (linear ste
 """
 from __future__ import annotations
 
-import contextlib
 import math
 
 from .. import backend
-from ..backend.validate import check_array, checked_once, trusted
+from ..backend.validate import check_array, check_params
 from ..nn import layers as L
 from ..nn import block as Bk
-from ..nn.class_attention import (class_attention_block_init, class_attention_block_forward,
+from ..nn.class_attention import (class_attention_block_init, _class_attention_block_forward,
                                   class_attention_block_backward)
-from ..nn.stem import conv_stem_init, conv_stem_forward, conv_stem_backward
+from ..nn.stem import conv_stem_init, _conv_stem_forward, conv_stem_backward
+from ..nn.params import tost_block_spec, class_attention_block_spec, conv_stem_spec
 from ..nn.position import fourier_features, FOURIER_DIM
 from ..nn.params import sub, prefixed, num_params
 from .configs import VisionConfig
 
 __all__ = ["vision_init", "vision_forward", "vision_backward", "vision_loss_and_grads",
-           "vision_predict"]
+           "vision_predict", "vision_spec"]
 
 
 def _normal(rng, xp, shape, dtype, std, device):
@@ -107,6 +107,45 @@ def vision_init(cfg: VisionConfig, rng, xp, dtype=None, device=None) -> dict:
 
 
 
+def vision_spec(cfg: VisionConfig) -> dict:
+    """{key: (shape, required)} of the parameters (and BatchNorm state) of ``cfg``, as
+    :func:`vision_init` makes them (the ToST blocks' linear biases optional)."""
+    C, P, H = cfg.width, cfg.patch_size, cfg.mlp_ratio * cfg.width
+    if cfg.stem == "conv":
+        spec = prefixed(conv_stem_spec(cfg.in_chans, C, P), "stem")
+    else:
+        spec = {"patch.W": ((P * P * cfg.in_chans, C), True), "patch.b": ((C,), True)}
+    if cfg.pos == "fourier":
+        spec.update({"pos.W": ((2 * FOURIER_DIM, C), True), "pos.b": ((C,), True)})
+    else:
+        spec["pos_embed"] = ((1, cfg.num_patches, C), True)
+    if cfg.num_registers:
+        spec["registers"] = ((1, cfg.num_registers, C), True)
+    block = tost_block_spec(C, cfg.num_heads, False, cfg.mixer, H=H)
+    for i in range(cfg.depth):
+        spec.update(prefixed(block, f"blocks.{i}"))
+    if cfg.pool == "cls":
+        spec["cls_token"] = ((1, 1, C), True)
+        cab = class_attention_block_spec(C, H)
+        for j in range(cfg.num_cls_blocks):
+            spec.update(prefixed(cab, f"cab.{j}"))
+    spec.update({"norm.gamma": ((C,), True), "norm.beta": ((C,), True),
+                 "head.W": ((C, cfg.num_classes), True), "head.b": ((cfg.num_classes,), True)})
+    return spec
+
+
+def _check_inputs(images, params, cfg):
+    """The door: images (B, S, S, Cin) floating, params those of ``cfg`` in the images' dtype."""
+    spec = vision_spec(cfg)
+    xp = check_array(images, "images", ndim=4, shape_desc="(B, H, W, Cin)")
+    S, Cin = cfg.image_size, cfg.in_chans
+    if tuple(images.shape[1:]) != (S, S, Cin):
+        raise ValueError(f"images must have shape (B, {S}, {S}, {Cin}) for this config, "
+                         f"got {tuple(images.shape)}")
+    check_params(params, spec, images.dtype)
+    return xp
+
+
 # --------------------------------------------------------------------------------------------
 # whole model
 # --------------------------------------------------------------------------------------------
@@ -120,32 +159,25 @@ def vision_forward(images, params: dict, cfg: VisionConfig, train: bool = False)
     cache["tokens_in"][i] its input (B, N + R, C): the N patch tokens, then the
     R = cfg.num_registers register tokens.
     """
-    xp = check_array(images, "images", ndim=4, shape_desc="(B, H, W, Cin)")
-    S, Cin = cfg.image_size, cfg.in_chans
-    if tuple(images.shape[1:]) != (S, S, Cin):
-        raise ValueError(f"images must have shape (B, {S}, {S}, {Cin}) for this config, "
-                         f"got {tuple(images.shape)}")
-    with checked_once(("vision", cfg, bool(train)), params, images) as trusted_call:
-        logits, cache = _forward(images, params, cfg, xp, train)
-    cache["trusted"] = trusted_call
-    return logits, cache
+    xp = _check_inputs(images, params, cfg)
+    return _forward(images, params, cfg, xp, train)
 
 
 def _forward(images, params, cfg, xp, train):
-    """vision_forward after the input checks (the parameters are checked by the layers)."""
+    """vision_forward after the input checks (the layers below trust them)."""
     B = images.shape[0]
     state = {}
     if cfg.stem == "conv":
-        x, c_patch = conv_stem_forward(images, sub(params, "stem"), cfg.patch_size,
-                                       train=train, gelu=cfg.gelu)         # (B, N, C)
+        x, c_patch = _conv_stem_forward(images, sub(params, "stem"), cfg.patch_size,
+                                        train=train, gelu=cfg.gelu)        # (B, N, C)
         state = prefixed(c_patch["state"], "stem")
     else:
-        x, c_patch = L.patch_embed_forward(images, params["patch.W"], params["patch.b"],
-                                           cfg.patch_size)                 # (B, N, C)
+        x, c_patch = L._patch_embed_forward(images, params["patch.W"], params["patch.b"],
+                                            cfg.patch_size)                # (B, N, C)
     c_pos = None
     if cfg.pos == "fourier":
         F = fourier_features(xp, cfg.grid, cfg.grid, x.dtype, backend.device_of(x))  # (N, 64)
-        pos, c_pos = L.linear_forward(F, params["pos.W"], params["pos.b"])            # (N, C)
+        pos, c_pos = L._linear_forward(F, params["pos.W"], params["pos.b"])            # (N, C)
         x = x + pos
     else:
         x = x + params["pos_embed"]
@@ -156,9 +188,8 @@ def _forward(images, params, cfg, xp, train):
     c_blocks, tokens_in = [], []
     for i in range(cfg.depth):
         tokens_in.append(x)
-        x, c = Bk.tost_block_forward(x, sub(params, f"blocks.{i}"), cfg.num_heads,
-                                     causal=False, ln_eps=cfg.ln_eps, gelu=cfg.gelu,
-                                     mixer=cfg.mixer)
+        x, c = Bk._tost_block_forward(x, sub(params, f"blocks.{i}"), cfg.num_heads, False,
+                                      cfg.ln_eps, cfg.gelu, cfg.mixer)
         c_blocks.append(c)
     x = x[:, :N, :]                                                        # registers dropped
     c_cab = []
@@ -167,16 +198,16 @@ def _forward(images, params, cfg, xp, train):
         cls = xp.broadcast_to(params["cls_token"], (B, 1, C))              # (B, 1, C)
         tok = x
         for j in range(cfg.num_cls_blocks):
-            cls, tok, c = class_attention_block_forward(cls, tok, sub(params, f"cab.{j}"),
-                                                        cfg.num_heads, cfg.ln_eps,
-                                                        form=cfg.cab, gelu=cfg.gelu)
+            cls, tok, c = _class_attention_block_forward(cls, tok, sub(params, f"cab.{j}"),
+                                                         cfg.num_heads, cfg.ln_eps, cfg.cab,
+                                                         cfg.gelu)
             c_cab.append(c)
         pooled = cls[:, 0, :]                                              # (B, C)
     else:
         pooled = xp.mean(x, axis=1)                                        # (B, C)
-    hn, c_norm = L.layer_norm_forward(pooled, params["norm.gamma"], params["norm.beta"],
-                                      cfg.ln_eps)
-    logits, c_head = L.linear_forward(hn, params["head.W"], params["head.b"])
+    hn, c_norm = L._layer_norm_forward(pooled, params["norm.gamma"], params["norm.beta"],
+                                       cfg.ln_eps)
+    logits, c_head = L._linear_forward(hn, params["head.W"], params["head.b"])
     cache = {"patch": c_patch, "pos": c_pos, "blocks": c_blocks, "tokens_in": tokens_in,
              "tokens_out": x, "cab": c_cab, "norm": c_norm, "head": c_head, "B": B, "cfg": cfg,
              "state": state}
@@ -186,8 +217,12 @@ def _forward(images, params, cfg, xp, train):
 def vision_backward(dlogits, cache) -> dict:
     """dlogits (B, num_classes) -> grads: a dict with the trainable keys of the parameters
     (every key but the BatchNorm state)."""
-    with trusted() if cache.get("trusted") else contextlib.nullcontext():
-        return _backward(dlogits, cache)
+    check_array(dlogits, "dlogits", ndim=2, shape_desc="(B, num_classes)")
+    want = (cache["B"], cache["cfg"].num_classes)
+    if tuple(dlogits.shape) != want or dlogits.dtype != cache["tokens_out"].dtype:
+        raise ValueError(f"dlogits must have the logits' shape {want} and dtype "
+                         f"{cache['tokens_out'].dtype}, got {dlogits.dtype} {tuple(dlogits.shape)}")
+    return _backward(dlogits, cache)
 
 
 def _backward(dlogits, cache) -> dict:
@@ -211,7 +246,7 @@ def _backward(dlogits, cache) -> dict:
         dx = xp.concat([dx, xp.zeros((B, cfg.num_registers, cfg.width), dtype=dx.dtype,
                                      device=backend.device_of(dx))], axis=1)
     for i in reversed(range(cfg.depth)):
-        dx, g = Bk.tost_block_backward(dx, cache["blocks"][i])
+        dx, g = Bk._tost_block_backward(dx, cache["blocks"][i])
         grads.update(prefixed(g, f"blocks.{i}"))
     if cfg.num_registers:
         N = cfg.num_patches
@@ -243,7 +278,7 @@ def vision_loss_and_grads(params: dict, images, labels, cfg: VisionConfig,
     loss, c_loss = L.softmax_cross_entropy_forward(logits, labels)
     dlogits, _ = L.softmax_cross_entropy_backward(backend.namespace(logits).ones_like(loss),
                                                   c_loss)
-    grads = vision_backward(dlogits, cache)
+    grads = _backward(dlogits, cache)
     params.update(cache["state"])
     return loss, grads, logits
 
@@ -252,14 +287,14 @@ def vision_predict(params: dict, images, cfg: VisionConfig, batch_size: int = 51
     """Class predictions (B,) int, computed in chunks of ``batch_size`` images.
 
     Images holding NaN or Inf are refused (argmax over NaN logits would answer class 0)."""
-    xp = backend.namespace(images)
     if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
         raise ValueError(f"batch_size must be an int >= 1, got {batch_size!r}")
+    xp = _check_inputs(images, params, cfg)
     if xp.isdtype(images.dtype, "real floating") and not bool(xp.all(xp.isfinite(images))):
         raise ValueError("images holds NaN or Inf; vision_predict needs finite pixel values")
     out = []
     for s in range(0, images.shape[0], batch_size):
-        logits, _ = vision_forward(images[s:s + batch_size], params, cfg)
+        logits, _ = _forward(images[s:s + batch_size], params, cfg, xp, False)
         out.append(xp.argmax(logits, axis=-1))
     return xp.concat(out, axis=0)
 

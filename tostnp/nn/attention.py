@@ -14,9 +14,10 @@ from __future__ import annotations
 import math
 
 from .. import backend
+from ..backend import tuning
 from ..backend.validate import check_array
-from .params import check_params
-from .layers import linear_forward, linear_backward
+from .params import check_params, qkv_spec
+from .layers import _linear_forward, linear_backward
 
 __all__ = [
     "softmax_attention_forward", "softmax_attention_backward",
@@ -27,6 +28,21 @@ __all__ = [
 # ---------------------------------------------------------------------------------------------
 # helpers
 # ---------------------------------------------------------------------------------------------
+def _check_qkv_layer(x, params, num_heads, where):
+    """The door of the three attention layers: x (B, N, C) and params {"W_qkv", "b_qkv",
+    "W_o", "b_o"} of width C."""
+    _check_x_heads(x, num_heads, where)
+    check_params(params, qkv_spec(x.shape[2]), x.dtype, where)
+
+
+def _qkv_heads(x, params, num_heads):
+    """The input projection, split into heads -> (xp, q, k, v (B, h, N, p) each, its cache)."""
+    xp = backend.namespace(x)
+    qkv, c_qkv = _linear_forward(x, params["W_qkv"], params.get("b_qkv"))   # (B, N, 3C)
+    a = _split(xp, qkv, 3, num_heads)                              # (3, B, h, N, p)
+    return xp, a[0, ...], a[1, ...], a[2, ...], c_qkv
+
+
 def _check_x_heads(x, num_heads, where):
     """x must be (B, N, C) floating and num_heads a positive int dividing C. Returns xp."""
     xp = check_array(x, "x", ndim=3, shape_desc="(B, N, C)")
@@ -36,11 +52,6 @@ def _check_x_heads(x, num_heads, where):
         raise ValueError(f"{where}: num_heads = {num_heads} must divide the width C = {x.shape[2]} "
                          f"of x (B, N, C)")
     return xp
-
-
-def _qkv_spec(C):
-    return {"W_qkv": ((C, 3 * C), True), "b_qkv": ((3 * C,), False),
-            "W_o": ((C, C), True), "b_o": ((C,), False)}
 
 
 def _split(xp, a, m, h):
@@ -65,16 +76,13 @@ def _rename(grads, suffix):
 
 
 # Softmax attention is computed in blocks of query rows so that every temporary (scores, their
-# gradient) stays below _BLOCK_ELEMS elements; the attention weights A are kept for the
-# backward pass as a list of row blocks (O(N^2) memory in all). Causal blocks stop at their
+# gradient) stays below tuning.ATTENTION_BLOCK_ELEMS elements; the attention weights A are kept
+# for the backward pass as a list of row blocks (O(N^2) memory in all). Causal blocks stop at their
 # last query's key, which skips about half of the work and of the memory.
-_BLOCK_ELEMS = 1 << 26                 # 256 MB of float32 per temporary
-
-
 def _row_blocks(batch, Nq, Nk, causal):
     """[(i0, i1, nk)]: query rows i0..i1-1 see keys 0..nk-1."""
-    rows = max(1, _BLOCK_ELEMS // max(1, batch * Nk))
-    if causal and Nq >= 512:
+    rows = max(1, tuning.ATTENTION_BLOCK_ELEMS // max(1, batch * Nk))
+    if causal and Nq >= tuning.ATTENTION_CAUSAL_MIN_ROWS:
         rows = min(rows, -(-Nq // 8))  # >= 8 blocks, so the skipped future keys add up
     return [(i0, min(Nq, i0 + rows), min(Nq, i0 + rows) if causal else Nk)
             for i0 in range(0, Nq, rows)]
@@ -107,7 +115,8 @@ def _softmax_core_forward(xp, qs, k, v, causal):
 
     qs: (B, h, Nq, p) queries already scaled by 1/sqrt(p); k, v: (B, h, Nk, p)
     -> o (B, h, Nq, p), A as a list of row blocks [((i0, i1, nk), A[..., i0:i1, :nk])],
-    each (B, h, i1 - i0, nk); one block (B, h, Nq, Nk) when it fits in _BLOCK_ELEMS.
+    each (B, h, i1 - i0, nk); one block (B, h, Nq, Nk) when it fits in
+    tuning.ATTENTION_BLOCK_ELEMS.
     """
     B, h, Nq, p = qs.shape
     blocks = _row_blocks(B * h, Nq, k.shape[2], causal)
@@ -156,19 +165,27 @@ def softmax_attention_forward(x, params, num_heads, causal=False):
     x: (B, N, C); params {"W_qkv": (C, 3C), "b_qkv": (3C,) opt, "W_o": (C, C), "b_o": (C,) opt};
     num_heads: h dividing C; causal: query i sees keys j <= i -> y: (B, N, C).
     Memory O(B h N^2): the weights A (B, h, N, N), in row blocks and only up to the diagonal
-    when causal, are kept for the backward pass; other temporaries stay below _BLOCK_ELEMS.
+    when causal, are kept for the backward pass; other temporaries stay below
+    tuning.ATTENTION_BLOCK_ELEMS elements.
     """
-    xp = _check_x_heads(x, num_heads, "softmax_attention")
-    C = x.shape[2]
-    check_params(params, _qkv_spec(C), x.dtype, "softmax_attention")
-    scale = 1.0 / math.sqrt(C // num_heads)
-    qkv, c_qkv = linear_forward(x, params["W_qkv"], params.get("b_qkv"))   # (B, N, 3C)
-    a = _split(xp, qkv, 3, num_heads)                              # (3, B, h, N, p)
-    qs, k, v = a[0, ...] * scale, a[1, ...], a[2, ...]             # (B, h, N, p) each
-    o, A = _softmax_core_forward(xp, qs, k, v, causal)             # (B, h, N, p)
-    om = _merge(xp, [o])                                           # (B, N, C)
-    y, c_o = linear_forward(om, params["W_o"], params.get("b_o"))  # (B, N, C)
-    return y, (c_qkv, c_o, qs, k, v, A, o, scale)
+    _check_qkv_layer(x, params, num_heads, "softmax_attention")
+    return _softmax_attention_forward(x, params, num_heads, causal)
+
+
+def _softmax_attention_forward(x, params, num_heads, causal=False):
+    return _around_core(_softmax_core_forward, x, params, num_heads, causal)
+
+
+def _around_core(core, x, params, num_heads, causal):
+    """Softmax attention around ``core`` (the N x N form here, the blocked one in flash.py):
+    project to heads, scale q by 1/sqrt(p), ``core`` -> o (B, h, N, p) and what its backward
+    keeps, merge the heads, W_o -> (y (B, N, C), cache)."""
+    xp, q, k, v, c_qkv = _qkv_heads(x, params, num_heads)         # (B, h, N, p) each
+    scale = 1.0 / math.sqrt(q.shape[-1])
+    qs = q * scale
+    o, kept = core(xp, qs, k, v, causal)                           # (B, h, N, p)
+    y, c_o = _linear_forward(_merge(xp, [o]), params["W_o"], params.get("b_o"))   # (B, N, C)
+    return y, (c_qkv, c_o, qs, k, v, kept, o, scale)
 
 
 def softmax_attention_backward(dy, cache):
@@ -198,13 +215,10 @@ def _phi(xp, a):
     return phi, dphi
 
 
-# Causal linear attention is computed in chunks of _LIN_CHUNK tokens (the "chunked" form):
+# Causal linear attention is computed in chunks of tuning.LINEAR_CHUNK tokens (chunked form):
 # inside a chunk a masked c x c product, across chunks the prefix sums of the per-chunk
 # statistics K_c^T V_c (p x p) and sum K_c. Same numbers as the per-token prefix sums
 # S_i = sum_{j<=i} phi(k_j) v_j^T, but all the work is matmul and memory is O(N (c + p^2/c)).
-_LIN_CHUNK = 64
-
-
 def _excl_cumsum(xp, a):
     """Exclusive prefix sums along axis 2: out_n = sum_{m < n} a_m."""
     # (not include_initial=True: array_api_strict 2.3 builds its zeros on the wrong device)
@@ -239,7 +253,7 @@ def _causal_linear_forward(xp, Q, K, v):
     Q, K, v: (B, h, N, p), Q and K > 0 -> o (B, h, N, p) and the chunked arrays for backward.
     """
     N = Q.shape[2]
-    c = min(N, _LIN_CHUNK)
+    c = min(N, tuning.LINEAR_CHUNK)
     dev = backend.device_of(Q)
     Qc = _chunks(xp, Q, c, 1.0)        # (B, h, nc, c, p); padded queries 1 keep den > 0, dropped
     Kc = _chunks(xp, K, c, 0.0)        # padded keys and values add nothing
@@ -277,20 +291,20 @@ def linear_attention_forward(x, params, num_heads, causal=False):
     """Multi-head linear attention: out_i = phi(q_i)^T S / (phi(q_i)^T z), phi = elu + 1.
 
     Non-causal: S = sum_j phi(k_j) v_j^T (p, p), z = sum_j phi(k_j) (p,), per batch and head.
-    Causal: S_i, z_i are prefix sums over j <= i, computed chunk-wise (c = _LIN_CHUNK tokens):
+    Causal: S_i, z_i are prefix sums over j <= i, chunk-wise (c = tuning.LINEAR_CHUNK):
     time O(B h N p (c + p)), memory O(B h N (c + p^2 / c)); no N x N matrix.
     x: (B, N, C); params as softmax_attention_forward; num_heads: h -> y: (B, N, C).
     There is no epsilon in the denominator (phi > 0), as in the formula; inputs so negative
     that every phi(q_i) underflows to 0 give 0/0.
     """
-    xp = _check_x_heads(x, num_heads, "linear_attention")
-    C = x.shape[2]
-    check_params(params, _qkv_spec(C), x.dtype, "linear_attention")
-    qkv, c_qkv = linear_forward(x, params["W_qkv"], params.get("b_qkv"))   # (B, N, 3C)
-    a = _split(xp, qkv, 3, num_heads)                              # (3, B, h, N, p)
-    Q, dQphi = _phi(xp, a[0, ...])                                 # (B, h, N, p)
-    K, dKphi = _phi(xp, a[1, ...])                                 # (B, h, N, p)
-    v = a[2, ...]                                                  # (B, h, N, p)
+    _check_qkv_layer(x, params, num_heads, "linear_attention")
+    return _linear_attention_forward(x, params, num_heads, causal)
+
+
+def _linear_attention_forward(x, params, num_heads, causal=False):
+    xp, q, k, v, c_qkv = _qkv_heads(x, params, num_heads)         # (B, h, N, p) each
+    Q, dQphi = _phi(xp, q)                                         # (B, h, N, p)
+    K, dKphi = _phi(xp, k)                                         # (B, h, N, p)
     if causal:
         o, saved = _causal_linear_forward(xp, Q, K, v)             # (B, h, N, p)
     else:
@@ -299,7 +313,7 @@ def linear_attention_forward(x, params, num_heads, causal=False):
         den = Q @ xp.matrix_transpose(z)                           # (B, h, N, 1)
         o = (Q @ S) / den                                          # (B, h, N, p)
         saved = (Q, K, v, S, z, den, o)
-    y, c_o = linear_forward(_merge(xp, [o]), params["W_o"], params.get("b_o"))
+    y, c_o = _linear_forward(_merge(xp, [o]), params["W_o"], params.get("b_o"))
     return y, (c_qkv, c_o, dQphi, dKphi, saved, causal)
 
 

@@ -45,7 +45,7 @@ def batch_norm2d_forward(x, gamma, beta, state: dict, *, train: bool, eps: float
     In training mode ``cache["state"]`` holds the updated state (new arrays; ``state`` is not
     modified); in evaluation mode it is None.
     """
-    xp = check_array(x, "x", ndim=4, shape_desc="(B, H, W, C)")
+    check_array(x, "x", ndim=4, shape_desc="(B, H, W, C)")
     C = x.shape[-1]
     check_param(gamma, "gamma", (C,), x.dtype)
     check_param(beta, "beta", (C,), x.dtype)
@@ -53,6 +53,12 @@ def batch_norm2d_forward(x, gamma, beta, state: dict, *, train: bool, eps: float
         raise TypeError(f"state must be a dict of running statistics, got {type(state).__name__}")
     check_param(state.get("running_mean"), "running_mean", (C,), x.dtype)
     check_param(state.get("running_var"), "running_var", (C,), x.dtype)
+    return _batch_norm2d_forward(x, gamma, beta, state, train=train, eps=eps, momentum=momentum)
+
+
+def _batch_norm2d_forward(x, gamma, beta, state: dict, *, train: bool, eps: float = 1e-5,
+                          momentum: float = 0.1):
+    xp = backend.namespace(x)
     eps, momentum = float(eps), float(momentum)
     m = x.shape[0] * x.shape[1] * x.shape[2]
     if train:

@@ -21,18 +21,20 @@ LayerScale, MLP act on each token alone) and carries only the TSSA prefix statis
 """
 from __future__ import annotations
 
-from ..backend.validate import check_array, check_positive
-from .params import check_params, sub, prefixed
-from .layers import (LN_EPS, layer_norm_forward, layer_norm_backward, mlp_forward, mlp_backward,
-                     layer_scale_forward, layer_scale_backward)
-from .mixers import mixer_prefix, mixer_spec, mixer_init, mixer_forward, mixer_backward
-from .tssa import tssa_decode_init, tssa_decode_step
+from ..backend.validate import check_array, check_params, check_positive
+from .params import sub, prefixed, mixer_prefix, tost_block_spec
+from .layers import (LN_EPS, _layer_norm_forward, layer_norm_backward, _mlp_forward,
+                     mlp_backward, _layer_scale_forward, layer_scale_backward,
+                     check_gelu)
+from .mixers import mixer_init, _mixer_forward, mixer_backward, check_mixer_input
+from .tssa_causal import _tssa_decode_init, _tssa_decode_step, check_decode_position
 
 __all__ = ["tost_block_forward", "tost_block_backward", "tost_block_init",
            "tost_block_decode_init", "tost_block_decode_step"]
 
-def _split(params, C: int, num_heads: int, causal: bool, dtype, mixer: str = "tssa"):
-    """Check the flat params and split them into sub-layer dicts (mixer, mlp)."""
+
+def _check_params(params, C: int, num_heads: int, causal: bool, dtype, mixer: str = "tssa"):
+    """Check the flat params of one block (the width and num_heads first, then the spec)."""
     if isinstance(num_heads, bool) or not isinstance(num_heads, int) or num_heads < 1:
         raise ValueError(f"num_heads must be a positive int, got {num_heads!r}")
     if C % num_heads != 0:
@@ -46,13 +48,7 @@ def _split(params, C: int, num_heads: int, causal: bool, dtype, mixer: str = "ts
         raise ValueError(f"the input has width C={C} but params[{w_in!r}] has shape "
                          f"{tuple(W_in.shape)}; expected ({C}, {out})")
     H = params["mlp.W1"].shape[-1] if getattr(params.get("mlp.W1"), "ndim", 0) == 2 else "H"
-    spec = {"ln1.gamma": ((C,), True), "ln1.beta": ((C,), False)}
-    spec.update(prefixed(mixer_spec(mixer, C, num_heads, causal), pre))
-    spec.update({"ls1.gamma": ((C,), True), "ln2.gamma": ((C,), True), "ln2.beta": ((C,), False),
-                 "mlp.W1": ((C, H), True), "mlp.b1": ((H,), False),
-                 "mlp.W2": ((H, C), True), "mlp.b2": ((C,), False), "ls2.gamma": ((C,), True)})
-    check_params(params, spec, dtype)
-    return sub(params, pre), sub(params, "mlp")
+    check_params(params, tost_block_spec(C, num_heads, causal, mixer, H), dtype)
 
 
 def tost_block_forward(x, params, num_heads: int, causal: bool = False,
@@ -67,19 +63,27 @@ def tost_block_forward(x, params, num_heads: int, causal: bool = False,
     """
     check_array(x, "x", ndim=3, shape_desc="(B, N, C)")
     ln_eps = check_positive(ln_eps, "ln_eps")
-    C = x.shape[-1]
-    mix_p, mlp_p = _split(params, C, num_heads, causal, x.dtype, mixer)
-    a, c_ln1 = layer_norm_forward(x, params["ln1.gamma"], params.get("ln1.beta"), eps=ln_eps)
-    t, c_mix = mixer_forward(mixer, a, mix_p, num_heads, causal=causal)      # (B, N, C)
-    t, c_ls1 = layer_scale_forward(t, params["ls1.gamma"])
+    check_gelu(gelu)
+    _check_params(params, x.shape[-1], num_heads, causal, x.dtype, mixer)
+    check_mixer_input(mixer, x, sub(params, mixer_prefix(mixer)), causal)
+    return _tost_block_forward(x, params, num_heads, causal, ln_eps, gelu, mixer)
+
+
+def _tost_block_forward(x, params, num_heads: int, causal: bool, ln_eps: float, gelu: str,
+                        mixer: str):
+    """:func:`tost_block_forward` without the checks (the caller checked its arguments)."""
+    pre = mixer_prefix(mixer)
+    a, c_ln1 = _layer_norm_forward(x, params["ln1.gamma"], params.get("ln1.beta"), ln_eps)
+    t, c_mix = _mixer_forward(mixer, a, sub(params, pre), num_heads, causal)  # (B, N, C)
+    t, c_ls1 = _layer_scale_forward(t, params["ls1.gamma"])
     x1 = x + t                                                               # (B, N, C)
-    b, c_ln2 = layer_norm_forward(x1, params["ln2.gamma"], params.get("ln2.beta"), eps=ln_eps)
-    m, c_mlp = mlp_forward(b, mlp_p, gelu=gelu)                              # (B, N, C)
-    m, c_ls2 = layer_scale_forward(m, params["ls2.gamma"])
+    b, c_ln2 = _layer_norm_forward(x1, params["ln2.gamma"], params.get("ln2.beta"), ln_eps)
+    m, c_mlp = _mlp_forward(b, sub(params, "mlp"), gelu)                     # (B, N, C)
+    m, c_ls2 = _layer_scale_forward(m, params["ls2.gamma"])
     y = x1 + m                                                               # (B, N, C)
     cache = {"ln1": c_ln1, "mixer": c_mix, "ls1": c_ls1, "ln2": c_ln2, "mlp": c_mlp,
              "ls2": c_ls2, "shape": tuple(x.shape), "Pi": c_mix["Pi"],
-             "prefix": mixer_prefix(mixer)}
+             "prefix": pre}
     if causal and c_mix["decode_state"] is not None:
         cache["decode_state"] = {"tssa": c_mix["decode_state"]}
     return y, cache
@@ -90,6 +94,11 @@ def tost_block_backward(dy, cache):
     check_array(dy, "dy", ndim=3, shape_desc=str(cache["shape"]))
     if tuple(dy.shape) != cache["shape"]:
         raise ValueError(f"dy must have shape {cache['shape']} (that of x), got {tuple(dy.shape)}")
+    return _tost_block_backward(dy, cache)
+
+
+def _tost_block_backward(dy, cache):
+    """:func:`tost_block_backward` without the checks."""
     grads = {}
     dm, g = layer_scale_backward(dy, cache["ls2"])
     grads["ls2.gamma"] = g["gamma"]
@@ -144,7 +153,17 @@ def tost_block_init(rng, xp, C: int, num_heads: int, *, causal: bool = False,
 
 def tost_block_decode_init(batch: int, params, num_heads: int):
     """Empty decoder state for ``batch`` sequences: {"tssa": TSSA prefix statistics}."""
-    return {"tssa": tssa_decode_init(batch, sub(params, "tssa"), num_heads)}
+    if isinstance(batch, bool) or not isinstance(batch, int) or batch < 1:
+        raise ValueError(f"batch must be a positive int, got {batch!r}")
+    W_u = params.get("tssa.W_u") if isinstance(params, dict) else None
+    if getattr(W_u, "ndim", 0) != 2:
+        raise ValueError("params is missing key 'tssa.W_u' of shape (C, C)")
+    _check_params(params, W_u.shape[0], num_heads, True, W_u.dtype)
+    return _tost_block_decode_init(batch, params, num_heads)
+
+
+def _tost_block_decode_init(batch: int, params, num_heads: int):
+    return {"tssa": _tssa_decode_init(batch, sub(params, "tssa"), num_heads)}
 
 
 def tost_block_decode_step(state, x_t, params, num_heads: int, t: int,
@@ -157,11 +176,18 @@ def tost_block_decode_step(state, x_t, params, num_heads: int, t: int,
     """
     check_array(x_t, "x_t", ndim=2, shape_desc="(B, C)")
     ln_eps = check_positive(ln_eps, "ln_eps")
-    C = x_t.shape[-1]
-    tssa_p, mlp_p = _split(params, C, num_heads, True, x_t.dtype)
-    a, _ = layer_norm_forward(x_t, params["ln1.gamma"], params.get("ln1.beta"), eps=ln_eps)
-    u, st = tssa_decode_step(state["tssa"], a, tssa_p, num_heads, t)         # (B, C)
+    check_gelu(gelu)
+    _check_params(params, x_t.shape[-1], num_heads, True, x_t.dtype)
+    check_decode_position(state["tssa"], x_t, sub(params, "tssa"), t)
+    return _tost_block_decode_step(state, x_t, params, num_heads, t, ln_eps, gelu)
+
+
+def _tost_block_decode_step(state, x_t, params, num_heads: int, t: int, ln_eps: float,
+                            gelu: str):
+    """:func:`tost_block_decode_step` without the checks."""
+    a, _ = _layer_norm_forward(x_t, params["ln1.gamma"], params.get("ln1.beta"), ln_eps)
+    u, st = _tssa_decode_step(state["tssa"], a, sub(params, "tssa"), num_heads, t)  # (B, C)
     x1 = x_t + u * params["ls1.gamma"]                                       # (B, C)
-    b, _ = layer_norm_forward(x1, params["ln2.gamma"], params.get("ln2.beta"), eps=ln_eps)
-    m, _ = mlp_forward(b, mlp_p, gelu=gelu)                                  # (B, C)
+    b, _ = _layer_norm_forward(x1, params["ln2.gamma"], params.get("ln2.beta"), ln_eps)
+    m, _ = _mlp_forward(b, sub(params, "mlp"), gelu)                         # (B, C)
     return x1 + m * params["ls2.gamma"], {"tssa": st}

@@ -13,9 +13,10 @@ from __future__ import annotations
 import math
 
 from .. import backend
-from .params import check_params, sub, prefixed
+from ..backend.validate import check_array, check_params, check_positive
+from .params import sub, prefixed, class_attention_spec, class_attention_block_spec
 from . import layers as L
-from .layers import linear_forward, linear_backward
+from .layers import _linear_forward, linear_backward
 from .attention import (_check_x_heads, _split, _merge, _rename, _softmax_core_forward,
                         _softmax_core_backward)
 
@@ -33,23 +34,27 @@ def class_attention_forward(x, params, num_heads):
     x: (B, 1+N, C); params {"W_q": (C, C), "b_q": (C,) opt, "W_kv": (C, 2C), "b_kv": (2C,) opt,
     "W_o": (C, C), "b_o": (C,) opt}; W_kv produces [k | v]. -> y: (B, 1, C), the updated CLS.
     """
-    xp = _check_x_heads(x, num_heads, "class_attention")
+    _check_x_heads(x, num_heads, "class_attention")
     B, M, C = x.shape
     if M < 1:
         raise ValueError("class_attention: x must have shape (B, 1+N, C) with the CLS token at "
                          f"position 0, got shape {tuple(x.shape)}")
-    check_params(params, {"W_q": ((C, C), True), "b_q": ((C,), False),
-                          "W_kv": ((C, 2 * C), True), "b_kv": ((2 * C,), False),
-                          "W_o": ((C, C), True), "b_o": ((C,), False)}, x.dtype, "class_attention")
+    check_params(params, class_attention_spec(C), x.dtype, "class_attention")
+    return _class_attention_forward(x, params, num_heads)
+
+
+def _class_attention_forward(x, params, num_heads):
+    xp = backend.namespace(x)
+    C = x.shape[2]
     h = num_heads
     scale = 1.0 / math.sqrt(C // h)
-    q, c_q = linear_forward(x[:, 0:1, :], params["W_q"], params.get("b_q"))   # (B, 1, C)
-    kv, c_kv = linear_forward(x, params["W_kv"], params.get("b_kv"))          # (B, 1+N, 2C)
+    q, c_q = _linear_forward(x[:, 0:1, :], params["W_q"], params.get("b_q"))   # (B, 1, C)
+    kv, c_kv = _linear_forward(x, params["W_kv"], params.get("b_kv"))          # (B, 1+N, 2C)
     qs = _split(xp, q, 1, h)[0, ...] * scale                       # (B, h, 1, p)
     a = _split(xp, kv, 2, h)                                       # (2, B, h, 1+N, p)
     k, v = a[0, ...], a[1, ...]
     o, A = _softmax_core_forward(xp, qs, k, v, causal=False)       # (B, h, 1, p); A (B, h, 1, 1+N)
-    y, c_o = linear_forward(_merge(xp, [o]), params["W_o"], params.get("b_o"))  # (B, 1, C)
+    y, c_o = _linear_forward(_merge(xp, [o]), params["W_o"], params.get("b_o"))  # (B, 1, C)
     return y, (c_q, c_kv, c_o, qs, k, v, A, o, scale)
 
 
@@ -113,23 +118,39 @@ def class_attention_block_forward(cls, tokens, params, num_heads: int, ln_eps: f
     """
     if form not in ("published", "cls-only"):
         raise ValueError(f"form must be 'published' or 'cls-only', got {form!r}")
+    L.check_gelu(gelu)
+    ln_eps = check_positive(ln_eps, "ln_eps")
+    check_array(tokens, "tokens", ndim=3, shape_desc="(B, N, C)")
+    B, N, C = tokens.shape
+    check_array(cls, "cls", ndim=3, shape_desc=f"({B}, 1, {C})")
+    if tuple(cls.shape) != (B, 1, C) or cls.dtype != tokens.dtype:
+        raise ValueError(f"cls must have shape (B, 1, C) = {(B, 1, C)} and the dtype of tokens, "
+                         f"got {cls.dtype} {tuple(cls.shape)}")
+    _check_x_heads(tokens, num_heads, "class_attention_block")
+    W1 = params.get("mlp.W1") if isinstance(params, dict) else None
+    H = W1.shape[-1] if getattr(W1, "ndim", 0) == 2 else "H"
+    check_params(params, class_attention_block_spec(C, H), tokens.dtype, "class_attention_block")
+    return _class_attention_block_forward(cls, tokens, params, num_heads, ln_eps, form, gelu)
+
+
+def _class_attention_block_forward(cls, tokens, params, num_heads, ln_eps, form, gelu):
     xp = backend.namespace(tokens)
     p = params
     u = xp.concat([cls, tokens], axis=1)                                   # (B, 1+N, C)
-    un, c_n1 = L.layer_norm_forward(u, p["norm1.gamma"], p["norm1.beta"], ln_eps)
-    a, c_att = class_attention_forward(un, sub(p, "attn"), num_heads)      # (B, 1, C)
+    un, c_n1 = L._layer_norm_forward(u, p["norm1.gamma"], p["norm1.beta"], ln_eps)
+    a, c_att = _class_attention_forward(un, sub(p, "attn"), num_heads)     # (B, 1, C)
     if form == "published":
-        z, c_ls1 = L.layer_scale_forward(xp.concat([a, un[:, 1:, :]], axis=1), p["ls1.gamma"])
-        y, c_n2 = L.layer_norm_forward(u + z, p["norm2.gamma"], p["norm2.beta"], ln_eps)
+        z, c_ls1 = L._layer_scale_forward(xp.concat([a, un[:, 1:, :]], axis=1), p["ls1.gamma"])
+        y, c_n2 = L._layer_norm_forward(u + z, p["norm2.gamma"], p["norm2.beta"], ln_eps)
         hn, new_tokens = y[:, :1, :], 2.0 * y[:, 1:, :]                    # (B, 1, C), (B, N, C)
         res = hn
     else:
-        a, c_ls1 = L.layer_scale_forward(a, p["ls1.gamma"])
+        a, c_ls1 = L._layer_scale_forward(a, p["ls1.gamma"])
         res = cls + a                                                      # (B, 1, C)
-        hn, c_n2 = L.layer_norm_forward(res, p["norm2.gamma"], p["norm2.beta"], ln_eps)
+        hn, c_n2 = L._layer_norm_forward(res, p["norm2.gamma"], p["norm2.beta"], ln_eps)
         new_tokens = tokens
-    m, c_mlp = L.mlp_forward(hn, sub(p, "mlp"), gelu=gelu)                 # (B, 1, C)
-    m, c_ls2 = L.layer_scale_forward(m, p["ls2.gamma"])
+    m, c_mlp = L._mlp_forward(hn, sub(p, "mlp"), gelu=gelu)                # (B, 1, C)
+    m, c_ls2 = L._layer_scale_forward(m, p["ls2.gamma"])
     cache = (form, c_n1, c_att, c_ls1, c_n2, c_mlp, c_ls2, tuple(tokens.shape))
     return res + m, new_tokens, cache
 

@@ -40,10 +40,16 @@ def conv3x3s2_forward(x, W):
 
     x: (B, H, W, Cin); W: (3, 3, Cin, Cout) -> y: (B, ceil(H/2), ceil(W/2), Cout).
     """
-    xp = check_array(x, "x", ndim=4, shape_desc="(B, H, W, Cin)")
+    check_array(x, "x", ndim=4, shape_desc="(B, H, W, Cin)")
     B, H, Wd, Cin = x.shape
     check_array(W, "W", ndim=4, shape_desc=f"(3, 3, {Cin}, Cout)")
     check_param(W, "W", (3, 3, Cin, W.shape[3]), x.dtype)
+    return _conv3x3s2_forward(x, W)
+
+
+def _conv3x3s2_forward(x, W):
+    xp = backend.namespace(x)
+    B, H, Wd, Cin = x.shape
     Ho, Wo = (H + 1) // 2, (Wd + 1) // 2
     xpad = _pad1(xp, x)                                             # (B, H+2, W+2, Cin)
     cols = xp.concat([xpad[:, i:i + 2 * Ho - 1:2, j:j + 2 * Wo - 1:2, :]

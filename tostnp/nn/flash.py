@@ -20,7 +20,8 @@ same outputs to rounding), computed without ever holding the (N, N) attention ma
 
   with ``D_i = sum_p dO_ip o_ip`` (= sum_j P_ij dP_ij), computed once.
 
-Memory O(B h N p) plus one (B, h, _BLOCK_Q, _BLOCK_K) block of scores at a time: linear in N.
+Memory O(B h N p) plus one (B, h, FLASH_BLOCK_Q, FLASH_BLOCK_K) block of scores at a time
+(:mod:`tostnp.backend.tuning`): linear in N.
 Time O(B h N^2 p), like the plain form (the backward recomputes the scores once more). On a GPU
 the real FlashAttention also keeps each block in on-chip memory; in NumPy the blocks are simply
 small arrays, so the point here is the memory, not the speed.
@@ -34,14 +35,11 @@ from __future__ import annotations
 import math
 
 from .. import backend
-from .attention import _check_x_heads, _qkv_spec, _split, _merge, _rename
-from .params import check_params
-from .layers import linear_forward, linear_backward
+from ..backend import tuning
+from .attention import _check_qkv_layer, _around_core, _split, _merge, _rename
+from .layers import linear_backward
 
 __all__ = ["flash_attention_forward", "flash_attention_backward"]
-
-_BLOCK_Q = 128      # query rows per block (tests shrink both to exercise the blocking)
-_BLOCK_K = 128      # keys per block
 
 
 def _scores(xp, q_blk, k_blk, i0, j0, causal):
@@ -74,14 +72,14 @@ def _flash_core_forward(xp, qs, k, v, causal):
     B, h, N, p = qs.shape
     dt, dev = qs.dtype, backend.device_of(qs)
     outs, logs = [], []
-    for i0 in range(0, N, _BLOCK_Q):
-        i1 = min(N, i0 + _BLOCK_Q)
+    for i0 in range(0, N, tuning.FLASH_BLOCK_Q):
+        i1 = min(N, i0 + tuning.FLASH_BLOCK_Q)
         q_blk = qs[:, :, i0:i1, :]                                 # (B, h, r, p)
         m = xp.full((B, h, i1 - i0, 1), -math.inf, dtype=dt, device=dev)   # running max
         l = xp.zeros((B, h, i1 - i0, 1), dtype=dt, device=dev)    # running sum of exp
         acc = xp.zeros((B, h, i1 - i0, p), dtype=dt, device=dev)  # running sum of exp * v
-        for j0 in range(0, _key_end(i1, N, causal), _BLOCK_K):
-            j1 = min(_key_end(i1, N, causal), j0 + _BLOCK_K)
+        for j0 in range(0, _key_end(i1, N, causal), tuning.FLASH_BLOCK_K):
+            j1 = min(_key_end(i1, N, causal), j0 + tuning.FLASH_BLOCK_K)
             s = _scores(xp, q_blk, k[:, :, j0:j1, :], i0, j0, causal)   # (B, h, r, c)
             # key block 0 holds key 0 <= every query, so m is finite from the first block on
             m_new = xp.maximum(m, xp.max(s, axis=-1, keepdims=True))
@@ -103,15 +101,15 @@ def _flash_core_backward(xp, dO, qs, k, v, o, L, causal):
     D = xp.sum(dO * o, axis=-1, keepdims=True)                     # (B, h, N, 1)
     dqs = xp.zeros(qs.shape, dtype=qs.dtype, device=dev)
     dk_blocks, dv_blocks = [], []
-    for j0 in range(0, N, _BLOCK_K):
-        j1 = min(N, j0 + _BLOCK_K)
+    for j0 in range(0, N, tuning.FLASH_BLOCK_K):
+        j1 = min(N, j0 + tuning.FLASH_BLOCK_K)
         k_blk, v_blk = k[:, :, j0:j1, :], v[:, :, j0:j1, :]      # (B, h, c, p)
         dk_j = xp.zeros(k_blk.shape, dtype=k.dtype, device=dev)
         dv_j = xp.zeros(v_blk.shape, dtype=v.dtype, device=dev)
         # causal: only query blocks that end after j0 see any key of this block
-        first = (j0 // _BLOCK_Q) * _BLOCK_Q if causal else 0
-        for i0 in range(first, N, _BLOCK_Q):
-            i1 = min(N, i0 + _BLOCK_Q)
+        first = (j0 // tuning.FLASH_BLOCK_Q) * tuning.FLASH_BLOCK_Q if causal else 0
+        for i0 in range(first, N, tuning.FLASH_BLOCK_Q):
+            i1 = min(N, i0 + tuning.FLASH_BLOCK_Q)
             q_blk, dO_blk = qs[:, :, i0:i1, :], dO[:, :, i0:i1, :]
             s = _scores(xp, q_blk, k_blk, i0, j0, causal)         # (B, h, r, c)
             s -= L[:, :, i0:i1, :]
@@ -135,24 +133,21 @@ def flash_attention_forward(x, params, num_heads, causal=False):
     num_heads: h dividing C; causal: query i sees keys j <= i -> y: (B, N, C), cache.
     The cache holds q, k, v, o (B, h, N, p) and L (B, h, N, 1): no N x N array.
     """
-    xp = _check_x_heads(x, num_heads, "flash_attention")
-    C = x.shape[2]
+    _check_qkv_layer(x, params, num_heads, "flash_attention")
     if x.shape[1] < 1:
         raise ValueError(f"flash_attention: x must have at least one token, got shape "
                          f"{tuple(x.shape)}")
-    check_params(params, _qkv_spec(C), x.dtype, "flash_attention")
-    scale = 1.0 / math.sqrt(C // num_heads)
-    qkv, c_qkv = linear_forward(x, params["W_qkv"], params.get("b_qkv"))   # (B, N, 3C)
-    a = _split(xp, qkv, 3, num_heads)                              # (3, B, h, N, p)
-    qs, k, v = a[0, ...] * scale, a[1, ...], a[2, ...]             # (B, h, N, p) each
-    o, L = _flash_core_forward(xp, qs, k, v, causal)               # (B, h, N, p), (B, h, N, 1)
-    y, c_o = linear_forward(_merge(xp, [o]), params["W_o"], params.get("b_o"))   # (B, N, C)
-    return y, (c_qkv, c_o, qs, k, v, o, L, scale, causal)
+    return _flash_attention_forward(x, params, num_heads, causal)
+
+
+def _flash_attention_forward(x, params, num_heads, causal=False):
+    y, cache = _around_core(_flash_core_forward, x, params, num_heads, causal)  # L (B, h, N, 1)
+    return y, cache + (causal,)
 
 
 def flash_attention_backward(dy, cache):
     """dy: (B, N, C) -> dx (B, N, C), grads with the keys of params."""
-    c_qkv, c_o, qs, k, v, o, L, scale, causal = cache
+    c_qkv, c_o, qs, k, v, L, o, scale, causal = cache
     xp = backend.namespace(dy)
     h = qs.shape[1]
     dom, g_o = linear_backward(dy, c_o)                            # (B, N, C)

@@ -10,6 +10,10 @@ returns new arrays and never mutates its inputs. Weights are stored (in, out): y
 Every function keeps the dtype of its input (float32 in, float32 out) and is written against
 the Python Array API standard, so it runs unchanged on NumPy, CuPy and array_api_strict.
 
+Each public ``xxx_forward`` checks its arguments (:mod:`tostnp.backend.validate`: one line
+naming the wrong one) and calls its core ``_xxx_forward``, which trusts its caller: the blocks
+and models check their inputs once, at their own door, and call the cores.
+
 Shapes: B batch, N (or T) tokens, C width, H hidden width, V vocabulary, P patch size.
 """
 from __future__ import annotations
@@ -17,8 +21,9 @@ from __future__ import annotations
 import math
 
 from .. import backend
-from ..backend.validate import check_array, check_positive
-from .params import check_param, check_params
+from ..backend.validate import check_array, check_positive, check_ids_range
+from ..backend.validate import check_param, check_params
+from .params import mlp_spec
 
 # The one default LayerNorm eps of tostnp.nn (PyTorch's); the model configs set their own
 # (VisionConfig.ln_eps = 1e-6 as in XCiT/ToST vision, LMConfig.ln_eps = 1e-5).
@@ -28,7 +33,7 @@ __all__ = [
     "LN_EPS", "rows_matmul", "sum_leading", "linear_forward", "linear_backward",
     "layer_norm_forward", "layer_norm_backward",
     "gelu_forward", "gelu_backward", "gelu_erf_forward", "gelu_erf_backward", "GELUS",
-    "mlp_forward", "mlp_backward",
+    "mlp_forward", "mlp_backward", "check_gelu",
     "dropout_forward", "dropout_backward",
     "embedding_forward", "embedding_backward",
     "softmax_cross_entropy_forward", "softmax_cross_entropy_backward",
@@ -43,8 +48,8 @@ __all__ = [
 def sum_leading(xp, a):
     """Sum over every axis but the last: (..., C) -> (C,) (bias and scale gradients)."""
     fast = backend.fused(xp)
-    if fast is not None:                         # NumPy: as ones @ a (tostnp.backend.kernels.sum_rows)
-        return fast.sum_rows(a)
+    if fast is not None:                         # NumPy: as ones @ a (tostnp.backend.kernels.sum_leading)
+        return fast.sum_leading(a)
     return xp.sum(xp.reshape(a, (-1, a.shape[-1])), axis=0)
 
 
@@ -85,6 +90,10 @@ def linear_forward(x, W, b=None):
     check_param(W, "W", tuple(W.shape), x.dtype)
     if b is not None:
         check_param(b, "b", (W.shape[1],), x.dtype)
+    return _linear_forward(x, W, b)
+
+
+def _linear_forward(x, W, b=None):
     y = rows_matmul(backend.namespace(x), x, W)                    # (..., Cout)
     if b is not None:
         y += b                                     # y is a fresh array of ours: add in place
@@ -117,6 +126,10 @@ def layer_norm_forward(x, gamma, beta, eps=LN_EPS):
     if beta is not None:
         check_param(beta, "beta", (C,), x.dtype)
     eps = check_positive(eps, "eps")
+    return _layer_norm_forward(x, gamma, beta, eps)
+
+
+def _layer_norm_forward(x, gamma, beta, eps):
     xp = backend.namespace(x)
     fast = backend.fused(xp)
     if fast is not None:                         # NumPy: same y, fewer passes (tostnp.backend.kernels)
@@ -161,26 +174,36 @@ _GELU_B = 0.044715
 
 
 def gelu_forward(x):
-    """y = 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))).  x: (...) -> y: (...)."""
-    xp = check_array(x, "x", shape_desc="(...)")
+    """y = 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))).  x: (...) -> y: (...).
+
+    Written as y = x s with the gate s = 0.5 (1 + tanh(u)) = sigmoid(2u), u = sqrt(2/pi) (x +
+    0.044715 x^3); the cache holds (x, s) on the plain and the fast path alike.
+    """
+    check_array(x, "x", shape_desc="(...)")
+    return _gelu_forward(x)
+
+
+def _gelu_forward(x):
+    xp = backend.namespace(x)
     fast = backend.fused(xp)
     if fast is not None:                         # NumPy: same y, fewer passes (tostnp.backend.kernels)
-        y, s = fast.gelu_tanh_forward(x)
+        y, s = fast.gelu_forward(x)
         return y, (x, s, fast)
-    t = xp.tanh(_GELU_A * (x + _GELU_B * (x * x * x)))             # (...)
-    y = 0.5 * x * (1.0 + t)
-    return y, (x, t, None)
+    u = _GELU_A * (x + _GELU_B * (x * x * x))                      # (...)
+    s = 0.5 * (1.0 + xp.tanh(u))                                   # (...) = sigmoid(2u)
+    return x * s, (x, s, None)
 
 
 def gelu_backward(dy, cache):
     """dy: (...) -> dx (...), {}.
 
-    dy/dx = 0.5 (1 + t) + 0.5 x (1 - t^2) sqrt(2/pi) (1 + 3 * 0.044715 x^2).
+    With s = 0.5 (1 + tanh u): ds/dx = 0.5 (1 - tanh^2 u) u' = 2 s (1 - s) u', so
+    dy/dx = s + x ds/dx = s (1 + 2 sqrt(2/pi) x (1 - s) (1 + 3 * 0.044715 x^2)).
     """
-    x, t, fast = cache
+    x, s, fast = cache
     if fast is not None:
-        return fast.gelu_tanh_backward(dy, x, t), {}      # t holds sigmoid(2u) on this path
-    dydx = 0.5 * (1.0 + t) + (0.5 * _GELU_A) * x * (1.0 - t * t) * (1.0 + (3.0 * _GELU_B) * (x * x))
+        return fast.gelu_backward(dy, x, s), {}
+    dydx = s * (1.0 + (2.0 * _GELU_A) * x * (1.0 - s) * (1.0 + (3.0 * _GELU_B) * (x * x)))
     return dy * dydx, {}
 
 
@@ -198,6 +221,10 @@ def gelu_erf_forward(x):
     (the Array API standard has none).
     """
     check_array(x, "x", shape_desc="(...)")
+    return _gelu_erf_forward(x)
+
+
+def _gelu_erf_forward(x):
     Phi = 0.5 * (1.0 + backend.erf(x * _INV_SQRT2))                # (...) normal CDF
     return x * Phi, (x, Phi)
 
@@ -212,12 +239,13 @@ def gelu_erf_backward(dy, cache):
 
 # name -> (forward, backward): the GELU a model uses is part of its config
 GELUS = {"tanh": (gelu_forward, gelu_backward), "erf": (gelu_erf_forward, gelu_erf_backward)}
+_GELU_CORES = {"tanh": (_gelu_forward, gelu_backward), "erf": (_gelu_erf_forward, gelu_erf_backward)}
 
 
-def _gelu_pair(gelu: str):
+def check_gelu(gelu: str) -> str:
     if gelu not in GELUS:
         raise ValueError(f"gelu must be one of {sorted(GELUS)}, got {gelu!r}")
-    return GELUS[gelu]
+    return gelu
 
 
 # ---------------------------------------------------------------------------------------------
@@ -229,18 +257,22 @@ def mlp_forward(x, params, gelu: str = "tanh"):
     x: (..., C); params {"W1": (C, H), "b1": (H,) optional, "W2": (H, C), "b2": (C,) optional};
     gelu: "tanh" (approximation) or "erf" (exact) -> y: (..., C).
     """
-    gelu_fwd, gelu_bwd = _gelu_pair(gelu)
+    check_gelu(gelu)
     check_array(x, "x", min_ndim=1, shape_desc="(..., C)")
     C = x.shape[-1]
     W1 = params.get("W1") if isinstance(params, dict) else None
     if W1 is not None:
         check_array(W1, "W1", ndim=2, shape_desc=f"({C}, H)")
     Hd = W1.shape[1] if W1 is not None else "H"
-    check_params(params, {"W1": ((C, Hd), True), "b1": ((Hd,), False),
-                          "W2": ((Hd, C), True), "b2": ((C,), False)}, x.dtype, "mlp")
-    h, c1 = linear_forward(x, params["W1"], params.get("b1"))     # (..., H)
+    check_params(params, mlp_spec(C, Hd), x.dtype, "mlp")
+    return _mlp_forward(x, params, gelu)
+
+
+def _mlp_forward(x, params, gelu: str = "tanh"):
+    gelu_fwd, gelu_bwd = _GELU_CORES[gelu]
+    h, c1 = _linear_forward(x, params["W1"], params.get("b1"))    # (..., H)
     a, c2 = gelu_fwd(h)                                            # (..., H)
-    y, c3 = linear_forward(a, params["W2"], params.get("b2"))     # (..., C)
+    y, c3 = _linear_forward(a, params["W2"], params.get("b2"))    # (..., C)
     return y, (c1, (gelu_bwd, c2), c3)
 
 
@@ -304,10 +336,14 @@ def embedding_forward(ids, W):
     if not xp.isdtype(ids.dtype, "integral"):
         raise TypeError(f"ids must be an integer array of shape (B, T), got dtype {ids.dtype}")
     check_array(W, "W", ndim=2, shape_desc="(V, C)")
+    check_ids_range(ids, W.shape[0], f"for W of shape (V, C) = {tuple(W.shape)}")
+    return _embedding_forward(ids, W)
+
+
+def _embedding_forward(ids, W):
+    xp = backend.namespace(ids)
     V, C = W.shape
     flat = xp.reshape(ids, (-1,))                                  # (B*T,)
-    if flat.shape[0] > 0 and bool(xp.any((flat < 0) | (flat >= V))):
-        raise ValueError(f"ids must lie in [0, V) = [0, {V}) for W of shape (V, C) = {tuple(W.shape)}")
     out = xp.take(W, flat, axis=0)                                 # (B*T, C)
     return xp.reshape(out, tuple(ids.shape) + (C,)), (flat, V)
 
@@ -400,7 +436,7 @@ def patch_embed_forward(images, W, b, patch_size):
     -> tokens: (B, N, C), N = (H/P)(W/P), grid row-major; each patch flattened in
     (row, col, channel) order. H and W must be divisible by P.
     """
-    xp = check_array(images, "images", ndim=4, shape_desc="(B, H, W, Cin)")
+    check_array(images, "images", ndim=4, shape_desc="(B, H, W, Cin)")
     if isinstance(patch_size, bool) or not isinstance(patch_size, int) or patch_size < 1:
         raise ValueError(f"patch_size must be a positive int, got {patch_size!r}")
     P = patch_size
@@ -410,8 +446,14 @@ def patch_embed_forward(images, W, b, patch_size):
                          f"be divisible by patch_size = {P}")
     check_array(W, "W", ndim=2, shape_desc=f"({P * P * Cin}, C)")
     check_param(W, "W", (P * P * Cin, W.shape[1]), images.dtype)
-    patches = _patchify(xp, images, P)                             # (B, N, P*P*Cin)
-    tokens, lin = linear_forward(patches, W, b)                    # (B, N, C)
+    if b is not None:
+        check_param(b, "b", (W.shape[1],), images.dtype)
+    return _patch_embed_forward(images, W, b, P)
+
+
+def _patch_embed_forward(images, W, b, P):
+    patches = _patchify(backend.namespace(images), images, P)      # (B, N, P*P*Cin)
+    tokens, lin = _linear_forward(patches, W, b)                   # (B, N, C)
     return tokens, lin
 
 
@@ -428,6 +470,10 @@ def layer_scale_forward(x, gamma):
     """y = x * gamma.  x: (..., C); gamma: (C,) -> y: (..., C)."""
     check_array(x, "x", min_ndim=1, shape_desc="(..., C)")
     check_param(gamma, "gamma", (x.shape[-1],), x.dtype)
+    return _layer_scale_forward(x, gamma)
+
+
+def _layer_scale_forward(x, gamma):
     return x * gamma, (x, gamma)
 
 

@@ -23,43 +23,18 @@ from .. import backend
 from . import attention as _attn
 from . import flash as _flash
 from . import tssa as _tssa
+from .params import MIXERS, check_mixer, mixer_prefix, mixer_spec  # noqa: F401  (re-exported)
 
-__all__ = ["MIXERS", "check_mixer", "mixer_prefix", "mixer_spec", "mixer_init",
+__all__ = ["MIXERS", "check_mixer", "check_mixer_input", "mixer_prefix", "mixer_spec", "mixer_init",
            "mixer_forward", "mixer_backward"]
 
-MIXERS = ("tssa", "tssa-uniform", "softmax", "flash", "linear")
 _LAYERS = {
     "softmax": (_attn.softmax_attention_forward, _attn.softmax_attention_backward),
     "flash": (_flash.flash_attention_forward, _flash.flash_attention_backward),
     "linear": (_attn.linear_attention_forward, _attn.linear_attention_backward),
 }
-
-
-def check_mixer(name) -> str:
-    if name not in MIXERS:
-        raise ValueError(f"mixer must be one of {', '.join(MIXERS)}; got {name!r}")
-    return name
-
-
-def mixer_prefix(name: str) -> str:
-    """The key prefix of the mixer's parameters inside a block: "tssa" or "attn"."""
-    return "tssa" if check_mixer(name).startswith("tssa") else "attn"
-
-
-def mixer_spec(name: str, C: int, num_heads: int, causal: bool) -> dict:
-    """{key: (shape, required)} of the mixer's parameters (keys without the prefix).
-
-    A shape may contain "max_len" (the causal TSSA's denominator bias, any length >= T).
-    """
-    check_mixer(name)
-    if name == "tssa":
-        return {"W_u": ((C, C), True), "b_u": ((C,), False), "temp": ((num_heads, 1), True),
-                "W_o": ((C, C), True), "b_o": ((C,), False),
-                "denom_bias": ((num_heads, "max_len", 1), causal)}
-    if name == "tssa-uniform":
-        return {"W_u": ((C, C), True), "b_u": ((C,), False), "W_o": ((C, C), True),
-                "b_o": ((C,), False)}
-    return _attn._qkv_spec(C)
+_CORES = {"softmax": _attn._softmax_attention_forward, "flash": _flash._flash_attention_forward,
+          "linear": _attn._linear_attention_forward}
 
 
 def mixer_init(rng, xp, name: str, C: int, num_heads: int, *, causal: bool = False,
@@ -105,10 +80,7 @@ def mixer_forward(name: str, x, params: dict, num_heads: int, causal: bool = Fal
         y, c = _tssa.tssa_forward(x, params, num_heads, causal=causal)
         return y, {"name": name, "layer": c, "Pi": c["Pi"], "decode_state": c.get("decode_state")}
     if name == "tssa-uniform":
-        for key in ("temp", "denom_bias"):
-            if key in params:
-                raise ValueError(f"mixer 'tssa-uniform' has no parameter {key!r} (Pi is fixed "
-                                 "to 1/h); remove it or use mixer 'tssa'")
+        _check_uniform(params)
         y, c = _tssa.tssa_forward(x, _uniform_params(x, params, num_heads, causal), num_heads,
                                   causal=causal)
         return y, {"name": name, "layer": c, "Pi": c["Pi"], "decode_state": None}
@@ -117,11 +89,45 @@ def mixer_forward(name: str, x, params: dict, num_heads: int, causal: bool = Fal
     return y, {"name": name, "layer": c, "Pi": None, "decode_state": None}
 
 
+def _check_uniform(params):
+    for key in ("temp", "denom_bias"):
+        if key in params:
+            raise ValueError(f"mixer 'tssa-uniform' has no parameter {key!r} (Pi is fixed "
+                             "to 1/h); remove it or use mixer 'tssa'")
+
+
+def check_mixer_input(name: str, x, params: dict, causal: bool) -> None:
+    """What the mixer needs of x (B, N, C) beyond the parameter spec: at least one token (TSSA,
+    flash) and, for the causal TSSA, N <= max_len rows of its denominator bias."""
+    N = x.shape[1]
+    if name.startswith("tssa") or name == "flash":
+        if N < 1:
+            raise ValueError(f"x must have at least one token, got shape {tuple(x.shape)}")
+    if name == "tssa" and causal:
+        db = params["denom_bias"]
+        if N > db.shape[1]:
+            raise ValueError(f"sequence length T={N} exceeds max_len={db.shape[1]} of "
+                             f"params['denom_bias'] (shape {tuple(db.shape)})")
+
+
+def _mixer_forward(name: str, x, params: dict, num_heads: int, causal: bool = False):
+    """:func:`mixer_forward` without the checks (the caller checked x and params)."""
+    if name == "tssa":
+        y, c = _tssa._tssa_forward(x, params, num_heads, causal=causal)
+        return y, {"name": name, "layer": c, "Pi": c["Pi"], "decode_state": c.get("decode_state")}
+    if name == "tssa-uniform":
+        y, c = _tssa._tssa_forward(x, _uniform_params(x, params, num_heads, causal), num_heads,
+                                   causal=causal)
+        return y, {"name": name, "layer": c, "Pi": c["Pi"], "decode_state": None}
+    y, c = _CORES[name](x, params, num_heads, causal=causal)
+    return y, {"name": name, "layer": c, "Pi": None, "decode_state": None}
+
+
 def mixer_backward(dy, cache):
     """dy: (B, N, C) -> dx (B, N, C), grads keyed like the mixer's parameters."""
     name = cache["name"]
     if name.startswith("tssa"):
-        dx, grads = _tssa.tssa_backward(dy, cache["layer"])
+        dx, grads = _tssa._tssa_backward(dy, cache["layer"])
         if name == "tssa-uniform":            # constants, not parameters
             grads.pop("temp", None)
             grads.pop("denom_bias", None)

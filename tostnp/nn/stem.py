@@ -19,24 +19,13 @@ from __future__ import annotations
 import math
 
 from .. import backend
-from .batchnorm import batch_norm2d_forward, batch_norm2d_backward, STATE_LEAVES
-from .conv import conv3x3s2_forward, conv3x3s2_backward
-from .layers import GELUS
+from ..backend.validate import check_array, check_param, check_params
+from .batchnorm import _batch_norm2d_forward, batch_norm2d_backward, STATE_LEAVES
+from .conv import _conv3x3s2_forward, conv3x3s2_backward
+from .layers import _GELU_CORES, check_gelu
+from .params import stem_channels, conv_stem_spec
 
 __all__ = ["stem_channels", "conv_stem_init", "conv_stem_forward", "conv_stem_backward"]
-
-
-def stem_channels(in_chans: int, width: int, patch_size: int) -> list:
-    """[Cin, C/2^(k-1), ..., C/2, C] for patch_size = 2^k (k >= 1); ValueError otherwise."""
-    P = patch_size
-    if isinstance(P, bool) or not isinstance(P, int) or P < 2 or P & (P - 1):
-        raise ValueError(f"the convolutional stem needs a patch size that is a power of two "
-                         f">= 2 (8 and 16 as published), got {P!r}")
-    k = int(round(math.log2(P)))
-    if width % 2 ** (k - 1):
-        raise ValueError(f"the convolutional stem with patch size {P} needs a width divisible "
-                         f"by {2 ** (k - 1)}, got {width}")
-    return [in_chans] + [width // 2 ** (k - 1 - s) for s in range(k)]
 
 
 def conv_stem_init(rng, xp, in_chans: int, width: int, patch_size: int, dtype, device=None):
@@ -61,15 +50,28 @@ def conv_stem_forward(images, params: dict, patch_size: int, *, train: bool,
     ``cache["state"]``: in training mode the updated BatchNorm state, keyed like ``params``
     ("0.bn.running_mean", ...); an empty dict in evaluation mode. ``cache["grid"]`` = (Hp, Wp).
     """
-    xp = backend.namespace(images)
+    check_array(images, "images", ndim=4, shape_desc="(B, H, W, Cin)")
+    check_gelu(gelu)
     stem_channels(images.shape[-1], patch_size, patch_size)      # checks the patch size
     k = int(round(math.log2(patch_size)))                         # number of stages
-    gelu_fwd, gelu_bwd = GELUS[gelu]
+    last = params.get(f"{k - 1}.conv.W") if isinstance(params, dict) else None
+    if getattr(last, "ndim", 0) != 4:     # the last stage gives the width: check it alone first
+        check_param(last, f"params['{k - 1}.conv.W']", (3, 3, "Cin", "C"), images.dtype,
+                    "conv_stem")
+    spec = conv_stem_spec(images.shape[-1], last.shape[3], patch_size)
+    check_params(params, spec, images.dtype, "conv_stem")
+    return _conv_stem_forward(images, params, patch_size, train=train, gelu=gelu)
+
+
+def _conv_stem_forward(images, params: dict, patch_size: int, *, train: bool, gelu: str):
+    xp = backend.namespace(images)
+    k = int(round(math.log2(patch_size)))                         # number of stages
+    gelu_fwd, gelu_bwd = _GELU_CORES[gelu]
     x, caches, new_state = images, [], {}
     for s in range(k):
-        x, c_conv = conv3x3s2_forward(x, params[f"{s}.conv.W"])   # (B, H/2^(s+1), ., C_s)
+        x, c_conv = _conv3x3s2_forward(x, params[f"{s}.conv.W"])   # (B, H/2^(s+1), ., C_s)
         st = {leaf: params.get(f"{s}.bn.{leaf}") for leaf in STATE_LEAVES}
-        x, c_bn = batch_norm2d_forward(x, params[f"{s}.bn.gamma"], params[f"{s}.bn.beta"], st,
+        x, c_bn = _batch_norm2d_forward(x, params[f"{s}.bn.gamma"], params[f"{s}.bn.beta"], st,
                                        train=train)
         if train:
             new_state.update({f"{s}.bn.{leaf}": v for leaf, v in c_bn["state"].items()})

@@ -71,15 +71,24 @@ def tssa_forward(x, params, num_heads: int, causal: bool = False):
     For ``causal=True``, cache["decode_state"] holds the prefix statistics after the last
     token, ready for :func:`tssa_decode_step` (prefill).
     """
-    xp = check_array(x, "x", ndim=3, shape_desc="(B, N, C)")
+    check_array(x, "x", ndim=3, shape_desc="(B, N, C)")
     B, N, C = x.shape
     check_width(x, "x", params)
     h, p = check_tssa_params(params, C, num_heads, causal, x.dtype, T=N)
     if N < 1:
         raise ValueError(f"x must have at least one token, got shape {tuple(x.shape)}")
+    return _tssa_forward(x, params, h, causal)
+
+
+def _tssa_forward(x, params, num_heads: int, causal: bool = False):
+    """:func:`tssa_forward` without the checks (the caller checked x and params)."""
+    xp = namespace(x)
+    h = num_heads
+    p = x.shape[-1] // h
+    w = project_in(x, params, xp)                    # (B, N, C)  both forms start here, eq-layer-w
     if causal:
-        return causal_forward(x, params, h, p, xp)
-    return full_forward(x, params, h, p, xp)
+        return causal_forward(x, w, params, h, p, xp)
+    return full_forward(x, w, params, h, p, xp)
 
 
 def tssa_backward(dy, cache):
@@ -89,11 +98,16 @@ def tssa_backward(dy, cache):
     gradient in the non-causal mode, where it is unused).
     """
     x = cache["x"]
-    xp = namespace(x)
     check_array(dy, "dy", ndim=3, shape_desc=str(tuple(x.shape)))
     if tuple(dy.shape) != tuple(x.shape):
         raise ValueError(f"dy must have shape {tuple(x.shape)} (that of x), got {tuple(dy.shape)}")
     check_same_dtype(x=x, dy=dy)
+    return _tssa_backward(dy, cache)
+
+
+def _tssa_backward(dy, cache):
+    """:func:`tssa_backward` without the checks."""
+    xp = namespace(dy)
     if cache["causal"]:
         return causal_backward(dy, cache, xp)
     return full_backward(dy, cache, xp)
@@ -102,13 +116,13 @@ def tssa_backward(dy, cache):
 # --------------------------------------------------------------------------------------------
 # non-causal TSSA: forward and backward
 # --------------------------------------------------------------------------------------------
-def full_forward(x, params, h, p, xp):
+def full_forward(x, w, params, h, p, xp):
+    """Non-causal TSSA from w = x @ W_u + b_u (B, N, C) -> (y, cache)."""
     B, N, C = x.shape
     dt, dev = x.dtype, device_of(x)
     Et = xp.matrix_transpose(head_indicator(xp, C, h, dt, dev))                  # (h, C)
     temp = xp.reshape(params["temp"], (1, 1, h))                                 # (1, 1, h)
 
-    w = project_in(x, params, xp)                                    # (B, N, C)   eq-layer-w
     sq = w * w                                                                   # (B, N, C)
     S1 = xp.sum(sq, axis=1)                                                      # (B, C)
     inv_S1 = 1.0 / xp.clip(S1, min=NORM_EPS2)                                    # (B, C)

@@ -27,11 +27,11 @@ g_denom_bias[k, t] = p * sum_b g_q[b, t, k] (the bias sits inside the p-term sum
 """
 from __future__ import annotations
 
-from ..backend import namespace, device_of
+from ..backend import namespace, device_of, tuning
 from ..backend.validate import check_array
 from .layers import sum_leading
 from .tssa_heads import (check_tssa_params, check_width, head_indicator, head_sums, per_coord,
-                         split_heads, merge_heads, project_in, project_in_backward,
+                         split_heads, merge_heads, project_in_backward,
                          softmax_heads, softmax_heads_backward, S1_EPS, PI_EPS)
 
 __all__ = ["tssa_decode_init", "tssa_decode_step"]
@@ -40,7 +40,6 @@ __all__ = ["tssa_decode_init", "tssa_decode_step"]
 # --------------------------------------------------------------------------------------------
 # prefix and suffix sums along the token axis, O(T)
 # --------------------------------------------------------------------------------------------
-_SCAN_BLOCK = 32     # tokens per block of the blocked scan (tests shrink it to exercise blocks)
 
 
 def _scan(a, xp, reverse: bool = False):
@@ -54,7 +53,7 @@ def _scan(a, xp, reverse: bool = False):
     and more accurate in float32 (sums of L terms, then T/L terms).
     """
     B, T, F = a.shape
-    L = _SCAN_BLOCK
+    L = tuning.SCAN_BLOCK                    # tokens per block (tostnp.backend.tuning)
     nb = T // L
     if nb < 2:
         if reverse:
@@ -98,12 +97,12 @@ def _exclusive(incl, xp, reverse: bool = False):
 # --------------------------------------------------------------------------------------------
 # causal TSSA: forward and backward
 # --------------------------------------------------------------------------------------------
-def causal_forward(x, params, h, p, xp):
+def causal_forward(x, w, params, h, p, xp):
+    """Causal TSSA from w = x @ W_u + b_u (B, T, C) -> (y, cache)."""
     B, T, C = x.shape
     temp = xp.reshape(params["temp"], (1, 1, h))                                 # (1, 1, h)
     bias = xp.reshape(xp.permute_dims(params["denom_bias"][:, :T, 0], (1, 0)), (1, T, h))
 
-    w = project_in(x, params, xp)                                                # (B, T, C)
     sq = w * w                                                                   # (B, T, C)
     S1 = _scan(sq, xp)                                                           # (B, T, C)
     # S1 is non-decreasing in t, so the clamp can only bite if it bites at t = 0
@@ -232,11 +231,17 @@ def tssa_decode_init(batch: int, params, num_heads: int, dtype=None):
     if "W_u" not in params or getattr(params["W_u"], "ndim", 0) != 2:
         raise ValueError("params is missing key 'W_u' of shape (C, C)")
     W_u = params["W_u"]
-    xp = namespace(W_u)
     C = W_u.shape[0]
     check_tssa_params(params, C, num_heads, True, W_u.dtype)
     if isinstance(batch, bool) or not isinstance(batch, int) or batch < 1:
         raise ValueError(f"batch must be a positive int, got {batch!r}")
+    return _tssa_decode_init(batch, params, num_heads, dtype)
+
+
+def _tssa_decode_init(batch: int, params, num_heads: int, dtype=None):
+    W_u = params["W_u"]
+    xp = namespace(W_u)
+    C = W_u.shape[0]
     dtype = W_u.dtype if dtype is None else dtype
     dev = device_of(W_u)
     return {"S1": xp.zeros((batch, C), dtype=dtype, device=dev),
@@ -250,10 +255,17 @@ def tssa_decode_step(state, x_t, params, num_heads: int, t: int):
     Equals row t of :func:`tssa_forward` (causal=True) on the sequence fed so far. The input
     state is not modified. Raises ValueError when t >= max_len or t differs from state["t"].
     """
-    xp = check_array(x_t, "x_t", ndim=2, shape_desc="(B, C)")
+    check_array(x_t, "x_t", ndim=2, shape_desc="(B, C)")
     B, C = x_t.shape
     check_width(x_t, "x_t", params)
     h, p = check_tssa_params(params, C, num_heads, True, x_t.dtype)
+    check_decode_position(state, x_t, params, t)
+    return _tssa_decode_step(state, x_t, params, h, t)
+
+
+def check_decode_position(state, x_t, params, t) -> None:
+    """t must be the state's next position, below max_len; the state must fit x_t (B, C)."""
+    B, C = x_t.shape
     max_len = params["denom_bias"].shape[1]
     if isinstance(t, bool) or not isinstance(t, int) or t < 0:
         raise ValueError(f"t must be a non-negative int, got {t!r}")
@@ -267,6 +279,14 @@ def tssa_decode_step(state, x_t, params, num_heads: int, t: int):
     if tuple(state["S1"].shape) != (B, C):
         raise ValueError(f"state['S1'] has shape {tuple(state['S1'].shape)} but x_t has "
                          f"shape {(B, C)}; make the state with tssa_decode_init({B}, ...)")
+
+
+def _tssa_decode_step(state, x_t, params, num_heads: int, t: int):
+    """:func:`tssa_decode_step` without the checks (the caller checked its arguments)."""
+    xp = namespace(x_t)
+    B, C = x_t.shape
+    h = num_heads
+    p = C // h
     dev = device_of(x_t)
     E = head_indicator(xp, C, h, x_t.dtype, dev)                                 # (C, h)
     w = x_t @ params["W_u"]                                                      # (B, C)

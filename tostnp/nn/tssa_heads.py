@@ -9,7 +9,8 @@ matmuls with the (C, h) head indicator E (E_ck = 1 if c is in head k).
 from __future__ import annotations
 
 from ..backend import device_of
-from .params import check_params
+from ..backend.validate import check_params
+from .params import tssa_spec
 from .layers import sum_leading
 
 __all__ = ["check_tssa_params", "check_width", "head_indicator", "head_reduce", "head_sums",
@@ -39,9 +40,7 @@ def check_tssa_params(params, C: int, num_heads: int, causal: bool, dtype,
     if causal and "denom_bias" not in params:
         raise ValueError(f"params is missing key 'denom_bias' of shape ({h}, max_len, 1), "
                          "needed for causal=True")
-    check_params(params, {"W_u": ((C, C), True), "b_u": ((C,), False), "temp": ((h, 1), True),
-                          "W_o": ((C, C), True), "b_o": ((C,), False),
-                          "denom_bias": ((h, "max_len", 1), False)}, dtype)
+    check_params(params, tssa_spec(C, h, causal=False), dtype)
     db = params.get("denom_bias")
     if causal and T is not None and T > db.shape[1]:
         raise ValueError(f"sequence length T={T} exceeds max_len={db.shape[1]} of "

@@ -46,7 +46,8 @@ from dataclasses import dataclass, asdict
 from .. import backend
 from ..io import checkpoint as ckpt
 from ..io.atomic import atomic_write_text, clean_stale_temporaries
-from ..io.limits import check_memory, loads_json
+from ..backend.budget import check_memory
+from ..io.limits import loads_json
 from ..io.runlock import run_lock
 from .optim import AdamW, lr_schedule, clip_grad_norm, default_no_decay
 from ..nn.params import sub, prefixed
@@ -356,7 +357,7 @@ def _train(task, tcfg, out_dir, resume, progress, plot, init_params) -> dict:
         if bar is not None:
             bar.close()
     if plot:
-        from ..analysis.figures import plot_metrics
+        from .curves import plot_metrics
         try:
             plot_metrics(records, os.path.join(out_dir, "curves.png"), title=task.title)
         except OSError as e:

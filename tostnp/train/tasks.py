@@ -29,6 +29,13 @@ from ..nn.layers import softmax_cross_entropy_forward
 __all__ = ["VisionTask", "SeqTask", "LMTask"]
 
 
+def _on_device(task, x, y, x_dtype):
+    """A host batch on the task's device: the inputs x as ``x_dtype``, the labels y as int64."""
+    xp = task.xp
+    return (backend.from_host(xp, x, dtype=x_dtype, device=task.device),
+            backend.from_host(xp, y, dtype=xp.int64, device=task.device))
+
+
 class VisionTask:
     """Image classification. ``data = (X_train, y_train, X_test, y_test)``; with ``val=(X_val,
     y_val)`` (held out of the training images, see :func:`tostnp.data.split_validation`) the
@@ -82,9 +89,7 @@ class VisionTask:
         return vision_init(self.cfg, rng, self.xp, self.dtype, self.device)
 
     def _to_device(self, X, y):
-        xp = self.xp
-        return (backend.from_host(xp, X, dtype=self.dtype, device=self.device),
-                backend.from_host(xp, y, dtype=xp.int64, device=self.device))
+        return _on_device(self, X, y, self.dtype)
 
     def next_batch(self):
         """Epochs of fixed-size batches (the incomplete tail of an epoch is skipped). Unlike
@@ -210,9 +215,7 @@ class LMTask:
         return lm_init(self.cfg, rng, self.xp, self.dtype, self.device)
 
     def _to_device(self, x, y):
-        xp = self.xp
-        return (backend.from_host(xp, x, dtype=xp.int64, device=self.device),
-                backend.from_host(xp, y, dtype=xp.int64, device=self.device))
+        return _on_device(self, x, y, self.xp.int64)
 
     def next_batch(self):
         return self._to_device(*sample_lm_batch(self.train_ids, self.batch_size,

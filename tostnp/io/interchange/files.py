@@ -8,7 +8,8 @@ import struct
 
 import numpy as np
 
-from ..limits import check_memory, loads_json
+from ...backend.budget import check_memory
+from ..limits import loads_json
 from .layout import InterchangeError, infer_config, strip_wrappers
 from .mapping import check_layout, from_published
 

@@ -20,6 +20,15 @@ class InterchangeError(ValueError):
 # kind: "id" same array; "T" transpose of a matrix; "conv" (out,in,kh,kw) <-> (kh,kw,in,out);
 # "1x1" (C,64,1,1) <-> (64,C); "count" int64 () <-> float (); "qkv" W_q|W_kv; "qkv_b" b_q|b_kv.
 
+def _residual_entries(pre, o, C, norm1) -> list:
+    """A published vision block's two LayerScale gammas and first LayerNorm (ours: ls1, ls2 and
+    ``norm1``)."""
+    return [(f"{pre}.gamma1", (C,), "float32", [f"{o}.ls1.gamma"], "id"),
+            (f"{pre}.gamma2", (C,), "float32", [f"{o}.ls2.gamma"], "id"),
+            (f"{pre}.norm1.weight", (C,), "float32", [f"{o}.{norm1}.gamma"], "id"),
+            (f"{pre}.norm1.bias", (C,), "float32", [f"{o}.{norm1}.beta"], "id")]
+
+
 def _vision_entries(cfg) -> list:
     C, H = cfg.width, cfg.mlp_ratio * cfg.width
     h = cfg.num_heads
@@ -36,11 +45,8 @@ def _vision_entries(cfg) -> list:
                "count")]
     for i in range(cfg.depth):
         pre, o = f"blocks.{i}", f"blocks.{i}"
-        E += [(f"{pre}.gamma1", (C,), "float32", [f"{o}.ls1.gamma"], "id"),
-              (f"{pre}.gamma2", (C,), "float32", [f"{o}.ls2.gamma"], "id"),
-              (f"{pre}.norm1.weight", (C,), "float32", [f"{o}.ln1.gamma"], "id"),
-              (f"{pre}.norm1.bias", (C,), "float32", [f"{o}.ln1.beta"], "id"),
-              (f"{pre}.attn.temp", (h, 1), "float32", [f"{o}.tssa.temp"], "id"),
+        E += _residual_entries(pre, o, C, "ln1")
+        E += [(f"{pre}.attn.temp", (h, 1), "float32", [f"{o}.tssa.temp"], "id"),
               (f"{pre}.attn.qkv.weight", (C, C), "float32", [f"{o}.tssa.W_u"], "T"),
               (f"{pre}.attn.qkv.bias", (C,), "float32", [f"{o}.tssa.b_u"], "id"),
               (f"{pre}.attn.to_out.0.weight", (C, C), "float32", [f"{o}.tssa.W_o"], "T"),
@@ -48,11 +54,8 @@ def _vision_entries(cfg) -> list:
         E += _mlp_entries(pre, o, C, H, "norm2", "fc1", "fc2", bias=True)
     for j in range(cfg.num_cls_blocks):
         pre, o = f"cls_attn_blocks.{j}", f"cab.{j}"
-        E += [(f"{pre}.gamma1", (C,), "float32", [f"{o}.ls1.gamma"], "id"),
-              (f"{pre}.gamma2", (C,), "float32", [f"{o}.ls2.gamma"], "id"),
-              (f"{pre}.norm1.weight", (C,), "float32", [f"{o}.norm1.gamma"], "id"),
-              (f"{pre}.norm1.bias", (C,), "float32", [f"{o}.norm1.beta"], "id"),
-              (f"{pre}.attn.qkv.weight", (3 * C, C), "float32",
+        E += _residual_entries(pre, o, C, "norm1")
+        E += [(f"{pre}.attn.qkv.weight", (3 * C, C), "float32",
                [f"{o}.attn.W_q", f"{o}.attn.W_kv"], "qkv"),
               (f"{pre}.attn.qkv.bias", (3 * C,), "float32",
                [f"{o}.attn.b_q", f"{o}.attn.b_kv"], "qkv_b"),
@@ -164,6 +167,19 @@ def _ratio(shapes, name, C):
     return H // C
 
 
+def _blocks(shapes, prefix, C):
+    """(depth, heads) of the TSSA blocks under ``prefix``: depth by counting, heads from the
+    first block's ``attn.temp``, which must divide the width C."""
+    depth = _count(shapes, prefix)
+    temp = f"{prefix}0.attn.temp"
+    if depth == 0:
+        raise InterchangeError(f"missing tensor '{temp}' (no TSSA blocks)")
+    h = _need(shapes, temp, 2)[0]
+    if h < 1 or C % h:
+        raise InterchangeError(f"'{temp}' gives {h} heads, which do not divide the width {C}")
+    return depth, h
+
+
 def infer_config(shapes: dict, *, image_size: int = 224):
     """-> (kind "vision" | "lm", config) from {unwrapped name: shape} of a published state dict.
 
@@ -178,13 +194,7 @@ def infer_config(shapes: dict, *, image_size: int = 224):
         emb = "transformer.wte.weight" if "transformer.wte.weight" in shapes else "lm_head.weight"
         V, C = _need(shapes, emb, 2)
         T = _need(shapes, "transformer.wpe.weight", 2)[0]
-        depth = _count(shapes, "transformer.h.")
-        if depth == 0:
-            raise InterchangeError("missing tensor 'transformer.h.0.attn.temp' (no TSSA blocks)")
-        h = _need(shapes, "transformer.h.0.attn.temp", 2)[0]
-        if h < 1 or C % h:
-            raise InterchangeError(f"'transformer.h.0.attn.temp' gives {h} heads, which do not "
-                                   f"divide the width {C}")
+        depth, h = _blocks(shapes, "transformer.h.", C)
         bias = "transformer.ln_f.bias" in shapes
         cfg = LMConfig(vocab_size=V, block_size=T, width=C, depth=depth, num_heads=h,
                        mlp_ratio=_ratio(shapes, "transformer.h.0.mlp.c_fc.weight", C),
@@ -192,13 +202,7 @@ def infer_config(shapes: dict, *, image_size: int = 224):
         return "lm", cfg.validate()
     if "cls_token" in shapes:
         C = _need(shapes, "cls_token", 3)[2]
-        depth = _count(shapes, "blocks.")
-        if depth == 0:
-            raise InterchangeError("missing tensor 'blocks.0.attn.temp' (no TSSA blocks)")
-        h = _need(shapes, "blocks.0.attn.temp", 2)[0]
-        if h < 1 or C % h:
-            raise InterchangeError(f"'blocks.0.attn.temp' gives {h} heads, which do not divide "
-                                   f"the width {C}")
+        depth, h = _blocks(shapes, "blocks.", C)
         stages = (_count(shapes, "patch_embed.proj.") + 1) // 2    # indices 0, 2, 4, ...
         if stages == 0:
             raise InterchangeError("missing tensor 'patch_embed.proj.0.0.weight' (the "

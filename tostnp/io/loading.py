@@ -1,15 +1,19 @@
-"""Rebuild a model from a training checkpoint: read and validate before anything is built."""
+"""Rebuild a model from a training checkpoint: read and validate before anything is built.
+
+The floor above :mod:`tostnp.models`: it reads a file (:mod:`tostnp.io.checkpoint`) and builds
+the model the file describes.
+"""
 from __future__ import annotations
 
 import numpy as np
 
 from .. import backend
-from ..io.checkpoint import load_checkpoint, resolve_checkpoint
-from ..nn.params import check_params
-from .configs import config_from_dict
-from .memory import param_lower_bound, param_terms
-from .vision import vision_init
-from .lm import lm_init
+from ..backend.validate import check_params
+from ..models.configs import config_from_dict
+from ..models.memory import param_lower_bound, param_terms
+from ..models.vision import vision_init
+from ..models.lm import lm_init
+from .checkpoint import load_checkpoint, resolve_checkpoint
 
 
 def read_model_checkpoint(path: str, expect_kind: str | None = None):

@@ -1,0 +1,54 @@
+"""Every tuning constant of the package in one place: sizes of pieces and blocks that change the
+speed or the peak memory of a computation, never its result beyond float rounding.
+
+The code reads them here at call time (``tuning.CHUNK``), so a test or a benchmark may set one
+(``monkeypatch.setattr(tuning, "SCAN_BLOCK", 3)``) to exercise the blocking or to sweep it.
+Each comment says how the value was chosen. Figures of one machine are not kept here: to redo
+a measurement, run the command named (``python3 run.py bench`` times the ToST block and the
+causal TSSA at the sizes it prints, ``benchmarks/peer_torch.py`` the training steps) with the
+constant set to each candidate, on an otherwise idle machine.
+"""
+from __future__ import annotations
+
+# ---------------------------------------------------------------------------------------------
+# the NumPy fast path (tostnp.backend.kernels)
+# ---------------------------------------------------------------------------------------------
+# Elements per piece of a fused elementwise chain: 512 KiB of float32, so the chain's passes
+# re-read a piece from the core's cache. Swept from 8K to 128K elements with the GELU and
+# LayerNorm forward+backward at the ToST block benchmark's MLP shape (``bench``): the best of
+# that range.
+CHUNK = 1 << 17
+
+# Arrays under this many elements (4 MiB of float32) run whole, on one thread: they sit in the
+# caches anyway and each piece costs Python calls. Chosen by a measured sweep of the threshold
+# (the same kernels and benchmark as CHUNK).
+PIECES_MIN = 1 << 20
+
+# ---------------------------------------------------------------------------------------------
+# causal TSSA (tostnp.nn.tssa_causal): the blocked prefix and suffix sums
+# ---------------------------------------------------------------------------------------------
+# Tokens per block of the blocked scan: inside a block one (L, L) triangular matmul, across
+# blocks a cumulative sum of T / L block totals. Not swept: L trades the L-fold extra work of
+# the matmul against the length of the strided cumulative sum; 32 keeps the extra work small
+# and turns the sum into matmuls. (Also sets the float32 accuracy: sums of L, then T / L terms.)
+SCAN_BLOCK = 32
+
+# ---------------------------------------------------------------------------------------------
+# attention baselines (tostnp.nn.attention, tostnp.nn.flash)
+# ---------------------------------------------------------------------------------------------
+# Softmax attention runs in blocks of query rows so that no temporary (scores, their gradient)
+# exceeds this many elements: 256 MiB of float32. A memory bound, not a speed setting.
+ATTENTION_BLOCK_ELEMS = 1 << 26
+
+# Causal softmax attention with at least this many queries uses at least 8 row blocks, so the
+# skipped future keys add up (about half of the work and memory). Not swept.
+ATTENTION_CAUSAL_MIN_ROWS = 512
+
+# Tokens per chunk of causal linear attention (matmuls inside a chunk, prefix sums over the
+# chunks' statistics). Not swept; memory O(B h N (c + p^2 / c)).
+LINEAR_CHUNK = 64
+
+# Query rows and keys per block of the memory-efficient (flash) attention. Not swept; the
+# cache holds no N x N array whatever the blocks.
+FLASH_BLOCK_Q = 128
+FLASH_BLOCK_K = 128
