@@ -61,12 +61,12 @@ def checks(rng, draws, ag, anp):
     def worst(fn):
         return max(fn(Z, Pi, shape) for (Z, Pi), shape in data)
 
-    # eq. (R) vs eigenvalues
+    # eq-R vs eigenvalues
     err = worst(lambda Z, Pi, s: _rel(objective.coding_rate(Z, EPS),
                                       [_ref_coding_rate(z, EPS) for z in Z]))
     yield "R = 1/2 sum_i log(1 + d/(n eps^2) lambda_i)   (eigvalsh)", err, f"rel <= {tight:.0e}", err <= tight
 
-    # eq. (Rc) vs a loop over groups
+    # eq-Rc vs a loop over groups
     err = worst(lambda Z, Pi, s: _rel(objective.compression(Z, Pi, EPS),
                                       [_ref_compression(z, p, EPS) for z, p in zip(Z, Pi)]))
     yield "R_c = loop over groups of eigenvalue formula", err, f"rel <= {tight:.0e}", err <= tight
@@ -87,7 +87,7 @@ def checks(rng, draws, ag, anp):
                                      for z in Z))
     yield "grad R = a Z (I + a Z^T Z)^-1   vs autograd", err, f"rel <= {grad_tol:.0e}", err <= grad_tol
 
-    # eq. (Rvar) vs loops, eq. (grad-Rvar) vs autograd, eq. (TSSA)
+    # eq-Rvar vs loops, eq-grad vs autograd, eq-tssa
     g_var = ag.grad(ag_variational)
     e_val = e_grad = e_step = 0.0
     for (Z, Pi), (B, n, d, K) in data:

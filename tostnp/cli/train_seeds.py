@@ -40,7 +40,7 @@ def train_over_seeds(args, xp, seeds, kind, train_one) -> int:
         if rc or res is None:
             failed.append(seed)
             raise _SeedFailed(rc or 1)
-        from tqdm.auto import tqdm
+        from tqdm import tqdm
         tqdm.write(f"seed {seed}: " + ", ".join(fmt.format(res[k]) + f" {name}"
                                                 for k, name, fmt in _SEED_KEYS[kind] if k in res)
                    + f"; training {res['train_cpu_s']:.1f} s CPU, {res['train_wall_s']:.1f} s wall")

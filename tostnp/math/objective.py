@@ -82,7 +82,7 @@ def _logdet_I_plus(xp, X, c):
 
 def _coding_rate(xp, Z, eps):
     n, d = Z.shape[-2], Z.shape[-1]
-    return 0.5 * _logdet_I_plus(xp, Z, d / (n * eps**2))       # (...)       eq. (R)
+    return 0.5 * _logdet_I_plus(xp, Z, d / (n * eps**2))       # (...)       eq-R
 
 
 def _compression(xp, Z, Pi, eps):
@@ -97,7 +97,7 @@ def _compression(xp, Z, Pi, eps):
     sw = xp.permute_dims(xp.sqrt(w), _swap_last_two(w.ndim))   # (..., K, n)
     X = sw[..., :, :, None] * Z[..., None, :, :]               # (..., K, n, d) rows sqrt(w_jk) z_j
     logdet = _logdet_I_plus(xp, X, d / eps**2)                 # (..., K)
-    return 0.5 * xp.sum((n_k / n) * logdet, axis=-1)           # (...)       eq. (Rc)
+    return 0.5 * xp.sum((n_k / n) * logdet, axis=-1)           # (...)       eq-Rc
 
 
 def _swap_last_two(ndim):
@@ -108,7 +108,7 @@ def _swap_last_two(ndim):
 # public API
 # ---------------------------------------------------------------------------------------------
 def coding_rate(Z, eps):
-    """Coding rate of the tokens Z at precision eps, eq. (R).
+    """Coding rate of the tokens Z at precision eps, eq-R.
 
     R(Z) = 1/2 log det(I_d + d/(n eps^2) Z^T Z) = 1/2 log det(I_n + d/(n eps^2) Z Z^T)
 
@@ -130,7 +130,7 @@ def coding_rate(Z, eps):
 
 
 def compression(Z, Pi, eps):
-    """Compression term: the coding rate of each group, weighted by group size, eq. (Rc).
+    """Compression term: the coding rate of each group, weighted by group size, eq-Rc.
 
     R_c(Z, Pi) = 1/2 sum_k (n_k/n) log det(I_d + d/(n_k eps^2) Z^T Diag(pi_k) Z),
     n_k = sum_j Pi_jk (soft group size), pi_k = Pi[..., :, k].
@@ -155,7 +155,7 @@ def compression(Z, Pi, eps):
 
 
 def rate_reduction(Z, Pi, eps):
-    """Rate reduction (MCR^2), eq. (MCR2): Delta R(Z, Pi) = R(Z) - R_c(Z, Pi) >= 0.
+    """Rate reduction (MCR^2), eq-dR: Delta R(Z, Pi) = R(Z) - R_c(Z, Pi) >= 0.
 
     Large when the whole set spans many directions (R large) while each group is compact
     (R_c small).

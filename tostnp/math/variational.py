@@ -74,7 +74,7 @@ def _variational_compression(xp, Z, Pi, U, eps):
     n, d = Z.shape[-2], Z.shape[-1]
     _, _, n_k, stat = _statistics(xp, Z, Pi, U)
     f = xp.log1p((d / eps**2) * stat)                          # (..., K, p)     f(stat)
-    return 0.5 * xp.sum((n_k / n) * xp.sum(f, axis=-1), axis=-1)   # (...)       eq. (Rvar)
+    return 0.5 * xp.sum((n_k / n) * xp.sum(f, axis=-1), axis=-1)   # (...)       eq-Rvar
 
 
 def _variational_compression_grad(xp, Z, Pi, U, eps):
@@ -85,11 +85,11 @@ def _variational_compression_grad(xp, Z, Pi, U, eps):
     A = ZU * D[..., None, :]                                   # (..., K, n, p)  Z U_k D_k
     B = A @ xp.matrix_transpose(U)                             # (..., K, n, d)  Z U_k D_k U_k^T
     # The 1/n_k inside stat cancels the n_k/n weight: the gradient carries 1/n and pi_k only.
-    return xp.sum(Pi_T[..., None] * B, axis=-3) / n           # (..., n, d)     eq. (grad-Rvar)
+    return xp.sum(Pi_T[..., None] * B, axis=-3) / n           # (..., n, d)     eq-grad
 
 
 def variational_compression(Z, Pi, U, eps):
-    """Variational compression term R^var_c(Z, Pi | U), eq. (Rvar).
+    """Variational compression term R^var_c(Z, Pi | U), eq-Rvar.
 
     R^var_c = 1/2 sum_k (n_k/n) sum_{i=1..p} f( (1/n_k) sum_j Pi_jk (z_j^T u_k,i)^2 ),
     f(x) = log(1 + (d/eps^2) x),  n_k = sum_j Pi_jk,
@@ -113,7 +113,7 @@ def variational_compression(Z, Pi, U, eps):
 
 
 def variational_compression_grad(Z, Pi, U, eps):
-    """Closed-form gradient of R^var_c with respect to Z, Pi held fixed, eq. (grad-Rvar).
+    """Closed-form gradient of R^var_c with respect to Z, Pi held fixed, eq-grad.
 
     Rows convention (the paper's (1/n) sum_k U_k D_k U_k^T Z Diag(pi_k), transposed):
 
@@ -146,7 +146,7 @@ def _check_args(Z, Pi, U, eps):
 
 
 def tssa_step(Z, Pi, U, eps, tau):
-    """One gradient-descent step on R^var_c: the TSSA operator, eq. (TSSA).
+    """One gradient-descent step on R^var_c: the TSSA operator, eq-tssa.
 
     Z+ = Z - tau * grad_Z R^var_c(Z, Pi | U) = Z + TSSA(Z),
     TSSA(Z) = -(tau/n) sum_k Diag(pi_k) Z U_k D_k U_k^T   (rows convention).
@@ -165,7 +165,7 @@ def tssa_step(Z, Pi, U, eps, tau):
 
 
 def membership(Z, U, eta):
-    """Soft memberships of the tokens to the K subspaces, eq. (Pi).
+    """Soft memberships of the tokens to the K subspaces, eq-membership.
 
     Pi_jk = softmax_k( ||U_k^T z_j||^2 / (2 eta) )
 

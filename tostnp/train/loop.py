@@ -304,7 +304,7 @@ def _train(task, tcfg, out_dir, resume, progress, plot, init_params) -> dict:
     every = tcfg.checkpoint_interval
     bar = None
     if progress:
-        from tqdm.auto import tqdm
+        from tqdm import tqdm   # not tqdm.auto: it warns on stderr in a notebook without ipywidgets
         # disable=None: a bar on a terminal, nothing when the output is piped to a file
         bar = tqdm(total=stop, initial=start, desc="train", dynamic_ncols=True, disable=None,
                    mininterval=0.5)

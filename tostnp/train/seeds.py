@@ -88,7 +88,9 @@ def run_over_seeds(fn: Callable[[int], dict], seeds, desc: str = "seeds",
     ``seeds`` is anything :func:`parse_seeds` accepts. ``progress=None`` shows the bar only on a
     terminal (tqdm's ``disable=None``); ``False`` never shows it.
     """
-    from tqdm.auto import tqdm
+    # plain tqdm, not tqdm.auto: in a notebook without ipywidgets tqdm.auto prints a TqdmWarning
+    # to stderr at import; disable=None already hides the bar where stderr is not a terminal
+    from tqdm import tqdm
 
     seeds = parse_seeds(seeds)
     runs = []
