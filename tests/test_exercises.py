@@ -1,7 +1,7 @@
 """The exercise checkers (tostnp.exercises) and notebooks (exercises/NN_*.md).
 
 * In-process, fast: every reference solution passes every checker, hidden edge cases included;
-  every planted bug (exercises/instructor/mutants.py) is rejected with its intended hint.
+  every planted bug (exercises/instructor/mutants/NN_name.py) is rejected with its intended hint.
 * Through a real kernel, one per notebook execution, three executions per notebook: with the
   solutions filled in (every exercise scores full marks, no cell errors), untouched (every
   check fails saying the exercise is not written yet, and no other cell errors), and with one
@@ -9,7 +9,6 @@
 """
 from __future__ import annotations
 
-import importlib.util
 import os
 import sys
 
@@ -24,14 +23,7 @@ from tostnp.exercises import notebook as nbk  # noqa: E402
 NOTEBOOKS = nbk.notebooks()
 
 
-def _load_mutants():
-    spec = importlib.util.spec_from_file_location("_mutants", nbk.INSTRUCTOR / "mutants.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod.MUTANTS
-
-
-MUTANTS = _load_mutants()
+MUTANTS = nbk.mutants()
 # exercise name -> notebook stem
 OWNER = {name: p.stem for p in NOTEBOOKS for name in nbk.student_cells(nbk.read(p))}
 CHECK_SRC = {name: c.source for p in NOTEBOOKS for c in nbk.check_cells(nbk.read(p))

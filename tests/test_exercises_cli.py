@@ -41,7 +41,7 @@ def test_student_edition_has_no_solutions(tmp_path, capsys):
 def test_instructor_edition_has_solutions_and_hidden_tests(tmp_path):
     assert main(["exercises", "build", "--instructor", str(tmp_path / "i")]) == 0
     out = tmp_path / "i"
-    assert (out / "instructor" / "mutants.py").is_file()
+    assert (out / "instructor" / "mutants" / "02_coding_rate.py").is_file()
     for p in nbk.notebooks():
         solved = nbk.read(out / "solutions" / p.name)
         cells = nbk.student_cells(solved)
