@@ -94,11 +94,13 @@ def test_check_prints_scores(tmp_path, kernel_env, capsys):
 def test_check_rejects_other_files(tmp_path, capsys):
     (tmp_path / "x.md").write_text("# just text\n")
     assert main(["exercises", "check", str(tmp_path / "x.md")]) == 2
-    assert "no check cells" in capsys.readouterr().err
+    assert "not an exercise notebook" in capsys.readouterr().err
     assert main(["exercises", "check", str(tmp_path / "missing.md")]) == 2
 
 
-def test_grade_writes_csv(tmp_path, kernel_env, capsys):
+def test_grade_writes_csv(tmp_path, capsys):
+    """The grade command end to end on two students (the full class is in
+    tests/test_exercises_grading.py)."""
     sub = tmp_path / "subs"
     (sub / "alice").mkdir(parents=True)
     (sub / "bob").mkdir()
@@ -106,18 +108,19 @@ def test_grade_writes_csv(tmp_path, kernel_env, capsys):
     for c in solved.cells:                               # alice also answers the written question
         if c.cell_type == "markdown" and "written" in c.metadata.get("tags", []):
             c.source = "*Your answer:* it still compresses the p kept directions."
-        if "check" in c.metadata.get("tags", []):
-            c.source = "pass  # a student who deleted the check still gets graded"
     nbk.write(solved, sub / "alice" / f"{SMALL}.ipynb")
     (sub / "bob" / f"{SMALL}.md").write_bytes((nbk.EXERCISES / f"{SMALL}.md").read_bytes())
-    assert main(["exercises", "grade", str(sub), "--csv", str(tmp_path / "g.csv")]) == 0
+    assert main(["exercises", "grade", str(sub), "--out", str(tmp_path / "out"),
+                 "--csv", str(tmp_path / "g.csv"), "--jobs", "1"]) == 0
     rows = list(csv.DictReader(open(tmp_path / "g.csv")))
     by = {r["student"]: r for r in rows}
     assert set(by) == {"alice", "bob"}
     names = list(nbk.solution_sections(SMALL))
-    assert list(rows[0])[:2] == ["student", "notebook"] and list(rows[0])[-4:] == [
-        "total", "max_score", "percent", "written_answered"]
-    assert all(float(by["alice"][n]) == 1.0 for n in names) and by["alice"]["percent"] == "100.0"
+    assert list(rows[0])[:3] == ["student", "notebook", "status"] and list(rows[0])[-6:] == [
+        "exercises_total", "written_marked", "written_total", "total", "max_score", "percent"]
+    assert all(float(by["alice"][n]) == 1.0 for n in names)
+    assert float(by["alice"]["exercises_total"]) == 3.0 and by["alice"]["max_score"] == "4.0"
     assert all(float(by["bob"][n]) == 0.0 for n in names) and float(by["bob"]["total"]) == 0.0
-    assert by["alice"]["written_answered"] == "1/1" and by["bob"]["written_answered"] == "0/1"
+    assert by["alice"]["written_marked"] == "0/1" and by["bob"]["written_marked"] == "1/1"
+    assert (tmp_path / "out" / "feedback" / "alice.md").is_file()
     assert "wrote" in capsys.readouterr().out

@@ -8,6 +8,18 @@ import sys
 from .. import backend
 
 
+def prog() -> str:
+    """The command that started tostnp, as the user can type it again: ``python3 run.py`` when
+    started through run.py (which sets TOSTNP_PROG), else ``<this python> -m tostnp``. Use it in
+    every command line a tool prints, so that what it prints works as printed."""
+    import os
+    import shlex
+    given = os.environ.get("TOSTNP_PROG", "").strip()
+    if given:
+        return given
+    return f"{shlex.quote(sys.executable)} -m tostnp"
+
+
 def add_device_argument(parser) -> None:
     parser.add_argument("--device", choices=["cpu", "gpu"], default="cpu",
                         help="cpu (NumPy) or gpu (CuPy; needs a CUDA GPU) [cpu]")

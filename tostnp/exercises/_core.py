@@ -39,6 +39,63 @@ class NotWritten(AssertionError):
     """The student's function still raises NotImplementedError."""
 
 
+class Aborted(AssertionError):
+    """The student's code ran out of time or memory, or killed its process: the exercise
+    scores 0 at once (grading only; the reason is the message)."""
+
+
+# --------------------------------------------------------------------------------------------
+# the grading context: set only in the grading process (tostnp.exercises.grading)
+# --------------------------------------------------------------------------------------------
+class _Grading:
+    salt: int | None = None          # mixed into every checker's seed: inputs drawn at grading time
+    sink = None                      # callable(record dict): where scores go instead of the file
+
+
+GRADING = _Grading()
+
+
+def rng(seed: int):
+    """The generator of a checker: ``default_rng(seed)`` when a student checks (the inputs of
+    the notebook's checks are reproducible), salted with a number drawn at grading time when
+    grading (so a table of answers to the visible inputs is worth nothing)."""
+    if GRADING.salt is None:
+        return np.random.default_rng(seed)
+    return np.random.default_rng([seed, GRADING.salt])
+
+
+class FigureData:
+    """A figure returned by the grading child: the images of its axes, as (array, (vmin, vmax))."""
+
+    def __init__(self, images):
+        self.images = list(images)
+
+
+class OnDevice:
+    """An argument the grading child turns into an ``array_api_strict`` array on its second
+    device before calling the student's function."""
+
+    def __init__(self, array):
+        self.array = np.asarray(array)
+
+
+class XpResult:
+    """An ``array_api_strict`` result read back by the grading child: host copy and device name."""
+
+    def __init__(self, host, device: str):
+        self.host, self.device = host, device
+
+
+class Opaque:
+    """A value the grading child could not send as data (an object, a function...)."""
+
+    def __init__(self, what: str):
+        self.what = what
+
+    def __repr__(self):
+        return self.what
+
+
 # --------------------------------------------------------------------------------------------
 # catching delegation: a profiler watches the student's call for forbidden code
 # --------------------------------------------------------------------------------------------
@@ -100,8 +157,22 @@ def forbid(*modules: str):
                         "(or autograd, where the point is to derive the gradient)")
 
 
+def _shapes(args) -> str:
+    return ", ".join(f"{tuple(a.shape)}" for a in args if hasattr(a, "shape"))
+
+
 def call_student(fn, *args, forbidden=(), what="your function"):
-    """Call the student's function; turn its crashes into hints, and catch delegation."""
+    """Call the student's function; turn its crashes into hints, and catch delegation.
+
+    ``fn`` may be a remote function of the grading child (:class:`tostnp.exercises.grading.Remote`):
+    then it runs there, in a process without the code under study, and its arguments are
+    written back (a function that modifies its inputs is seen doing so)."""
+    remote_call = getattr(fn, "remote_call", None)
+    if remote_call is not None:
+        out = remote_call(args, what=what, writeback=True)["result"]
+        if isinstance(out, Opaque):
+            raise Fail(f"{what} returned {out.what}, not numbers")
+        return out
     try:
         with forbid(*forbidden):
             return fn(*args)
@@ -112,9 +183,51 @@ def call_student(fn, *args, forbidden=(), what="your function"):
     except AssertionError as e:
         raise Fail(f"{what} raised AssertionError: {e}") from None
     except Exception as e:                  # a shape slip surfaces as ValueError/IndexError
-        shapes = ", ".join(f"{tuple(a.shape)}" for a in args if hasattr(a, "shape"))
-        raise Fail(f"{what} raised {type(e).__name__}: {e} (called with arrays of shapes "
-                   f"{shapes}). Check the shapes you assume") from None
+        raise student_error(what, type(e).__name__, str(e), args) from None
+
+
+def student_error(what: str, ename: str, message: str, args=()) -> AssertionError:
+    """The hint for a student function that raised ``ename`` (in this process or the child)."""
+    if ename == "NotImplementedError":
+        return NotWritten(f"{what} is not written yet (it raises NotImplementedError: {message})")
+    if ename == "AssertionError":
+        return Fail(f"{what} raised AssertionError: {message}")
+    if ename == "MemoryError":
+        return Fail(f"{what} ran out of memory (MemoryError): does it build an array much larger "
+                    "than its inputs?")
+    if ename in ("ImportError", "ModuleNotFoundError", "PermissionError"):
+        return Fail(f"{what} raised {ename}: {message}")
+    return Fail(f"{what} raised {ename}: {message} (called with arrays of shapes "
+                f"{_shapes(args)}). Check the shapes you assume")
+
+
+def measure(fn, *args, repeats: int = 1, trace_memory: bool = False, what="your function"):
+    """Call ``fn`` ``repeats`` times; returns (result, best seconds, peak traced bytes).
+
+    Timed where the function runs (in the grading child, with a clock and tracemalloc that
+    student code cannot replace); a crash becomes a hint as in :func:`call_student`."""
+    remote_call = getattr(fn, "remote_call", None)
+    if remote_call is not None:
+        r = remote_call(args, what=what, repeats=repeats, trace_memory=trace_memory)
+        if r.get("trace_stopped"):
+            raise Fail(f"{what} stopped tracemalloc: the memory check cannot run")
+        return r["result"], float(r["seconds"]), int(r["peak"])
+    import time
+    import tracemalloc
+    best, peak, out = math.inf, 0, None
+    for _ in range(max(1, repeats)):
+        if trace_memory:
+            tracemalloc.start()
+            tracemalloc.reset_peak()
+        try:
+            t0 = time.perf_counter()
+            out = call_student(fn, *args, what=what)
+            best = min(best, time.perf_counter() - t0)
+        finally:
+            if trace_memory:
+                peak = max(peak, tracemalloc.get_traced_memory()[1])
+                tracemalloc.stop()
+    return out, best, peak
 
 
 # --------------------------------------------------------------------------------------------
@@ -238,6 +351,10 @@ def hidden_enabled(hidden) -> bool:
 
 
 def _record(name: str, score: float, points: float, passed: int, total: int, hint: str) -> None:
+    if GRADING.sink is not None:
+        GRADING.sink({"exercise": name, "score": round(score, 6), "points": points,
+                      "passed": passed, "cases": total, "hint": hint})
+        return
     path = os.environ.get(RESULTS_ENV)
     if not path:
         return
@@ -257,7 +374,7 @@ def run_cases(name: str, cases, *, points: float = 1.0) -> float:
         try:
             thunk()
             passed += 1
-        except (Delegated, NotWritten) as e:
+        except (Delegated, NotWritten, Aborted) as e:
             _record(name, 0.0, points, 0, len(cases), str(e))
             print(f"SCORE {name}: 0/{points:g}")
             raise type(e)(f"{name}: {e}") from None

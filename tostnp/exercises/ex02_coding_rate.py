@@ -5,6 +5,7 @@ import numpy as np
 
 from . import _reference as ref
 from ._core import Fail, call_student, case, compare, hidden_enabled, run_cases
+from ._core import rng as _rng
 
 # the code these exercises replace: calling it is not solving the exercise
 _FORBID = ("tostnp.objective", "tostnp.variational")
@@ -23,7 +24,7 @@ def _scale_diagnoses(Z, eps, n, d, R):
 
 def check_coding_rate(fn, hidden=None):
     """fn(Z, eps) -> R(Z), a float, for Z of shape (n, d) (tokens are rows)."""
-    rng = np.random.default_rng(11)
+    rng = _rng(11)
     sizes = [(40, 6, 0.5), (5, 30, 1.0), (200, 16, 0.1), (1, 3, 0.7),
              (120, 100, 0.01)]            # the last one overflows det(): a test of slogdet
     if hidden_enabled(hidden):
@@ -43,7 +44,7 @@ def check_coding_rate(fn, hidden=None):
 
 def check_compression(fn, hidden=None):
     """fn(Z, Pi, eps) -> R_c(Z, Pi), a float; Z (n, d), memberships Pi (n, K) with rows summing to 1."""
-    rng = np.random.default_rng(12)
+    rng = _rng(12)
     specs = [("soft", 30, 5, 3, 0.5), ("soft", 60, 8, 2, 0.2), ("one group", 25, 4, 1, 0.6),
              ("hard", 40, 6, 4, 0.3), ("few tokens", 4, 10, 2, 1.0)]
     if hidden_enabled(hidden):
@@ -88,7 +89,7 @@ def check_compression(fn, hidden=None):
 
 def check_coding_rate_grad(fn, hidden=None):
     """fn(Z, eps) -> the gradient of R(Z) in Z, shape (n, d), derived by hand (no autograd)."""
-    rng = np.random.default_rng(13)
+    rng = _rng(13)
     sizes = [(20, 5, 0.5), (4, 9, 1.0), (50, 12, 0.2), (6, 6, 0.8)]
     if hidden_enabled(hidden):
         sizes += [(1, 4, 0.5), (30, 1, 0.3)]

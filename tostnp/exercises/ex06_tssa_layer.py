@@ -10,6 +10,7 @@ import numpy as np
 
 from . import _reference as ref
 from ._core import call_student, case, compare, hidden_enabled, run_cases
+from ._core import rng as _rng
 
 _FORBID = ("tostnp.nn", "tostnp.models")
 _FORBID_AD = _FORBID + ("autograd",)
@@ -62,7 +63,7 @@ def _forward_diagnoses(x, params, h):
 
 def check_tssa_memberships(fn, hidden=None):
     """fn(w, temp, num_heads) -> Pi (B, h, N): TSSA memberships from w = x W_u + b_u (B, N, C)."""
-    rng = np.random.default_rng(31)
+    rng = _rng(31)
     cases = []
     for spec in _SHAPES + (_HIDDEN if hidden_enabled(hidden) else []):
         B, N, C, h = spec[:4]
@@ -90,7 +91,7 @@ def check_tssa_memberships(fn, hidden=None):
 def check_tssa_forward(fn, hidden=None):
     """fn(x, params, num_heads) -> y (B, N, C), the non-causal TSSA layer (a pair (y, Pi) is
     accepted too: only y is checked)."""
-    rng = np.random.default_rng(32)
+    rng = _rng(32)
     cases = []
     for spec in _SHAPES + [(2, 6, 8, 2, "nobias")] + (_HIDDEN if hidden_enabled(hidden) else []):
         B, N, C, h = spec[:4]

@@ -9,6 +9,7 @@ import numpy as np
 
 from . import _reference as ref
 from ._core import Fail, call_student, case, compare, hidden_enabled, run_cases
+from ._core import rng as _rng
 from .ex06_tssa_layer import _FORBID, _FORBID_AD, _HIDDEN, _SHAPES, _inputs
 
 
@@ -17,7 +18,7 @@ from .ex06_tssa_layer import _FORBID, _FORBID_AD, _HIDDEN, _SHAPES, _inputs
 # --------------------------------------------------------------------------------------------
 def check_numerical_gradient(fn, hidden=None):
     """fn(f, x, delta) -> centred finite differences of the scalar function f at x (shape of x)."""
-    rng = np.random.default_rng(33)
+    rng = _rng(33)
 
     def f1(x):
         return float(np.sum(np.sin(x) * x**2))
@@ -70,7 +71,7 @@ def check_numerical_gradient(fn, hidden=None):
 
 def check_softmax_heads_backward(fn, hidden=None):
     """fn(dPi, Pi) -> dl: the adjoint of Pi = softmax(l) over the LAST axis (any leading axes)."""
-    rng = np.random.default_rng(34)
+    rng = _rng(34)
     shapes = [(2, 5, 3), (4, 1), (1, 3, 6)]
     if hidden_enabled(hidden):
         shapes += [(3, 2, 1)]
@@ -99,7 +100,7 @@ def check_softmax_heads_backward(fn, hidden=None):
 def check_token_norm_backward(fn, hidden=None):
     """fn(dq, w, num_heads) -> dw: adjoint of q_nk = sum_{c in head k} w_nc^2 / S1_c with
     S1_c = sum_n w_nc^2 (w (B, N, C), q and dq (B, N, h))."""
-    rng = np.random.default_rng(35)
+    rng = _rng(35)
     shapes = [(2, 6, 6, 3), (1, 4, 4, 1), (3, 5, 8, 4)]
     if hidden_enabled(hidden):
         shapes += [(1, 1, 2, 2)]
@@ -133,7 +134,7 @@ def check_tssa_backward(fn, hidden=None, verbose=True):
     """fn(dy, x, params, num_heads) -> (dx (B, N, C), grads dict with the keys of params):
     the non-causal TSSA backward, derived by hand. Prints the relative error of every gradient
     against autograd and against centred finite differences."""
-    rng = np.random.default_rng(36)
+    rng = _rng(36)
     cases = []
     for spec in _SHAPES + [(2, 6, 8, 2, "nobias")] + (_HIDDEN[1:] if hidden_enabled(hidden) else []):
         B, N, C, h = spec[:4]

@@ -14,6 +14,7 @@ import numpy as np
 
 from . import _reference as ref
 from ._core import call_student, case, compare, hidden_enabled, run_cases
+from ._core import rng as _rng
 
 _FORBID = ("tostnp.nn.layers", "tostnp.nn.block", "tostnp.models")
 LN_EPS = 1e-6
@@ -42,7 +43,7 @@ def _ln_loop(x, gamma, beta, eps):
 
 def check_layer_norm(fn, hidden=None):
     """fn(x, gamma, beta, eps) -> y, LayerNorm over the last axis (biased variance)."""
-    rng = np.random.default_rng(51)
+    rng = _rng(51)
     shapes = [(4, 6), (2, 3, 5), (7, 1, 8), (3, 2)]
     if hidden_enabled(hidden):
         shapes += [(1, 1, 1), (2, 9)]
@@ -74,7 +75,7 @@ def check_layer_norm(fn, hidden=None):
 
 def check_layer_norm_backward(fn, hidden=None):
     """fn(dy, x, gamma, beta, eps) -> (dx, dgamma, dbeta), the adjoint of LayerNorm."""
-    rng = np.random.default_rng(52)
+    rng = _rng(52)
     shapes = [(4, 6), (2, 3, 5), (5, 2)]
     if hidden_enabled(hidden):
         shapes += [(1, 1, 3)]
@@ -142,7 +143,7 @@ def block_params(rng, C, h, H):
 
 def check_tost_block(fn, hidden=None):
     """fn(x, params, num_heads) -> y (B, N, C): the ToST block (keys as tostnp.nn.tost_block_init)."""
-    rng = np.random.default_rng(53)
+    rng = _rng(53)
     specs = [(2, 6, 8, 2, 16), (1, 1, 4, 1, 8), (3, 5, 6, 3, 12)]
     if hidden_enabled(hidden):
         specs += [(1, 9, 4, 4, 4)]
