@@ -39,6 +39,11 @@ class NotWritten(AssertionError):
     """The student's function still raises NotImplementedError."""
 
 
+class RuleBroken(AssertionError):
+    """The answer breaks a rule the exercise states (a complexity, no T x T array...): the
+    exercise scores 0 at once, whatever its other cases give."""
+
+
 class Aborted(AssertionError):
     """The student's code ran out of time or memory, or killed its process: the exercise
     scores 0 at once (grading only; the reason is the message)."""
@@ -267,12 +272,24 @@ def ratio_hint(r: float, factors: dict | None = None) -> str | None:
     return None
 
 
+# a gradient derived by hand agrees with autograd to ~1e-13 in float64; centred finite
+# differences cannot get below ~1e-10 (and far worse on the large-entry cases the derivation
+# checks add), so a derivation check with this tolerance rejects them
+DERIVED_RTOL = 1e-11
+_DERIVED_HINT = ("a gradient derived by hand agrees with autograd to about 1e-13 in float64; "
+                 "this is the accuracy of finite differences (or of float32): write the "
+                 "derivative out, in float64")
+
+
 def compare(got, want, what: str, *, rtol: float = 1e-8, factors: dict | None = None,
             diagnoses=(), shape_desc: str = "", need_float64: bool = True,
-            floor: float = 1e-12) -> None:
+            floor: float = 1e-12, derived: bool = False) -> None:
     """Raise :class:`Fail` with a hint unless ``got`` matches ``want`` (relative error < rtol,
     relative to max(max |want|, floor)). ``diagnoses`` is a sequence of (hint, thunk): a thunk returns the
-    value a known mistake gives; if ``got`` matches it, that hint is used."""
+    value a known mistake gives; if ``got`` matches it, that hint is used. ``derived``: a
+    derivation exercise, compared at :data:`DERIVED_RTOL` (finite differences do not pass)."""
+    if derived:
+        rtol = min(rtol, DERIVED_RTOL)
     if got is None:
         raise Fail(f"{what}: your function returned None (did you forget `return`?)")
     want = np.asarray(want)
@@ -330,6 +347,8 @@ def compare(got, want, what: str, *, rtol: float = 1e-8, factors: dict | None = 
         wT = np.swapaxes(want, -1, -2)
         if np.max(np.abs(g - wT)) <= 1e-6 * scale:
             raise Fail(f"{what}: it is the transpose of the reference (rows and columns swapped)")
+    if derived and err < 1e-3:
+        raise Fail(f"{what}: agrees only to a relative error of {err:.1e}: {_DERIVED_HINT}")
     if 1e-9 < err < 1e-4:
         raise Fail(f"{what}: agrees only to a relative error of {err:.1e}, the precision of "
                    "float32 (or a wrong small constant such as a clamp); compute everything in "
@@ -374,7 +393,7 @@ def run_cases(name: str, cases, *, points: float = 1.0) -> float:
         try:
             thunk()
             passed += 1
-        except (Delegated, NotWritten, Aborted) as e:
+        except (Delegated, NotWritten, Aborted, RuleBroken) as e:
             _record(name, 0.0, points, 0, len(cases), str(e))
             print(f"SCORE {name}: 0/{points:g}")
             raise type(e)(f"{name}: {e}") from None

@@ -41,7 +41,7 @@ def check_variational_compression_grad(fn, hidden=None):
                                forbidden=_FORBID + ("autograd",),
                                what="variational_compression_grad")
             compare(got, want, f"grad R^var_c for n={n}, d={d}, K={K}, p={p}",
-                    shape_desc="(n, d), like Z", diagnoses=diag,
+                    shape_desc="(n, d), like Z", diagnoses=diag, derived=True,
                     factors={"n": n, "d/eps^2": c, "d": d, "K": K})
         cases.append(case(f"n={n}, d={d}, K={K}, p={p}", one))
     return run_cases("variational_compression_grad", cases)

@@ -6,7 +6,8 @@ from __future__ import annotations
 import numpy as np
 
 from . import _reference as ref
-from ._core import Fail, call_student, case, compare, hidden_enabled, run_cases
+from ._core import RuleBroken
+from ._core import Fail, call_student, case, compare, hidden_enabled, measure, run_cases
 from ._core import rng as _rng
 
 _FORBID = ("tostnp.nn", "tostnp.models")
@@ -62,7 +63,42 @@ def check_prefix_statistics(fn, hidden=None):
                 compare(g, wnt, f"{name} for (B, T, C, h) = {(B, T, C, h)}", diagnoses=diag,
                         shape_desc="(B, T, h)" if name == "S3" else "(B, T, C)")
         cases.append(case(f"(B, T, C, h) = {(B, T, C, h)}", one))
+    cases.append(case("O(T): memory and time at T = 4000", lambda: _prefix_cost(fn, rng)))
     return run_cases("prefix_statistics", cases)
+
+
+# the stated rules of 10.1, measured: at T = 4000 a T x T array takes 128 MB (float64) or 16 MB
+# (bool); running sums take a few arrays of T x C. A Python loop over t costs microseconds per
+# token; running sums, tens of nanoseconds.
+COST_T, COST_C, COST_H = 4000, 4, 2
+MEMORY_PER_TOKEN = 2048          # bytes per token allowed at peak (the inputs take 48)
+TIME_RATIO = 25.0                # your time / the time of np.cumsum on the same statistics
+
+
+def _prefix_cost(fn, rng):
+    import time
+    T, C, h = COST_T, COST_C, COST_H
+    w = rng.standard_normal((1, T, C))
+    Pi = rng.dirichlet(np.ones(h), size=(1, T))
+    got, secs, peak = measure(fn, w, Pi, h, repeats=3, trace_memory=True, what="prefix_statistics")
+    if not isinstance(got, (tuple, list)) or len(got) != 3:
+        raise Fail("return a triple (S1, S2, S3)")
+    compare(got[0], np.cumsum(w**2, 1), f"S1 for T = {T}", shape_desc="(B, T, C)")
+    if peak > MEMORY_PER_TOKEN * T:
+        raise RuleBroken(f"at T = {T} your function's memory peaks at {peak / 2**20:.1f} MiB (the inputs "
+                   f"take {(w.nbytes + Pi.nbytes) / 2**20:.2f} MiB): it builds an array that grows "
+                   "like T x T (a mask, a T x T sum). Running sums need O(T) memory")
+    best = float("inf")
+    for _ in range(3):                                       # the same work, done with cumsum
+        t0 = time.perf_counter()
+        p = C // h
+        sq = w**2
+        np.cumsum(sq, 1), np.cumsum(np.repeat(Pi, p, axis=-1) * sq, 1), np.cumsum(Pi, 1)
+        best = min(best, time.perf_counter() - t0)
+    if secs > TIME_RATIO * max(best, 2e-5):
+        raise RuleBroken(f"at T = {T} your function takes {secs * 1e3:.1f} ms, {secs / best:.0f} times "
+                   "running sums over the token axis (np.cumsum): a Python loop over t? The "
+                   "statistics of every t come from one cumulative sum along axis 1")
 
 
 def _causal_inputs(rng, B, T, C, h, max_len):
