@@ -114,3 +114,43 @@ def test_notebook_three_ways(path, kernel_env):
     assert len(errs) == 1 and hint in errs[0][3], (label, errs)
     assert res[ex]["score"] < res[ex]["points"]
     assert all(r["score"] == r["points"] for n, r in res.items() if n != ex)
+
+
+# --------------------------------------------------------------------------------------------
+# hints name only what the data supports
+# --------------------------------------------------------------------------------------------
+def _hint(check, fn):
+    with pytest.raises(AssertionError) as info:
+        check(fn)
+    return str(info.value)
+
+
+def test_hints_do_not_invent_a_constant_factor():
+    import numpy as np
+    # garbage of the right shape: zeros, noise, a sum: never "a constant factor"
+    for fn in (lambda Z, eps: 0.0, lambda Z, eps: float(np.sum(Z)),
+               lambda Z, eps: float(np.random.default_rng(0).standard_normal())):
+        text = _hint(exercises.check_coding_rate, fn)
+        assert "constant factor" not in text and "times the reference" not in text, text
+    assert "all zeros" in _hint(exercises.check_coding_rate_grad, lambda Z, eps: np.zeros_like(Z))
+    text = _hint(exercises.check_coding_rate_grad,
+                 lambda Z, eps: np.random.default_rng(1).standard_normal(Z.shape))
+    assert "barely related" in text and "factor" not in text, text
+
+    def one_over_k(Z, Pi, eps):           # 1/K instead of n_k/n: close to 1, but no factor
+        n, d = Z.shape
+        K = Pi.shape[1]
+        return sum(0.5 / K * np.linalg.slogdet(np.eye(d) + d / (Pi[:, k].sum() * eps**2)
+                                               * Z.T @ (Pi[:, k:k + 1] * Z))[1] for k in range(K))
+    text = _hint(exercises.check_compression, one_over_k)
+    assert "times the reference" not in text, text
+    # a real factor on an array is still named
+    text = _hint(exercises.check_coding_rate_grad, lambda Z, eps: 3.7 * _grad(Z, eps))
+    assert "3.7 times the reference" in text, text
+
+
+def _grad(Z, eps):
+    import numpy as np
+    n, d = Z.shape
+    a = d / (n * eps**2)
+    return a * np.linalg.solve(np.eye(d) + a * Z.T @ Z, Z.T).T

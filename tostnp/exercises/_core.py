@@ -335,14 +335,23 @@ def compare(got, want, what: str, *, rtol: float = 1e-8, factors: dict | None = 
             continue
         if bad.shape == g.shape and np.max(np.abs(g - bad)) <= 1e-6 * scale:
             raise Fail(f"{what}: {hint}")
+    if np.all(g == 0) and np.any(want != 0):
+        raise Fail(f"{what}: your result is all zeros (relative error {err:.1e})")
     ww = float(np.sum(want * want))
     if ww > 0:
+        # a constant factor is named only when the data supports it: for a single number any
+        # value is "a factor times" the reference, so only the factors a slip gives (1/2, ln 2,
+        # the case's sizes) are named; for an array, the result must be the reference times r
+        # entry by entry, and the reference must not be constant
         r = float(np.sum(g * want)) / ww
         resid = float(np.max(np.abs(g - r * want))) / scale
-        if resid <= 1e-6 and not _close(r, 1.0, 1e-5):
-            text = ratio_hint(r, factors) or f"it is {r:.4g} times the reference: a constant " \
-                                               "factor is wrong"
-            raise Fail(f"{what}: {text}")
+        named = ratio_hint(r, factors) if resid <= 1e-6 else None
+        if named and not _close(r, 1.0, 1e-5):
+            raise Fail(f"{what}: {named}")
+        varied = want.size >= 2 and float(np.ptp(want)) > 1e-9 * scale
+        if varied and resid <= 1e-6 and abs(r) > 1e-9 and not _close(r, 1.0, 1e-5):
+            raise Fail(f"{what}: it is {r:.4g} times the reference, entry by entry: a constant "
+                       "factor is wrong")
     if g.ndim >= 2 and g.shape[-1] == g.shape[-2]:
         wT = np.swapaxes(want, -1, -2)
         if np.max(np.abs(g - wT)) <= 1e-6 * scale:
@@ -357,6 +366,11 @@ def compare(got, want, what: str, *, rtol: float = 1e-8, factors: dict | None = 
     if g.ndim >= 1:
         idx = np.unravel_index(int(np.argmax(np.abs(g - want))), g.shape)
         where = f", largest at index {tuple(int(i) for i in idx)}"
+    if g.size >= 3 and float(np.ptp(want)) > 0 and float(np.ptp(g)) > 0:
+        c = float(np.corrcoef(g.ravel(), want.ravel())[0, 1])
+        if abs(c) < 0.5:
+            where += (f"; your result is barely related to the reference (correlation {c:.2f}): "
+                      "not one slip but a different computation")
     raise Fail(f"{what}: relative error {err:.1e}{where}")
 
 
