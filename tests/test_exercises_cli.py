@@ -26,22 +26,44 @@ def kernel_env(monkeypatch):
 
 def test_student_edition_has_no_solutions(tmp_path, capsys):
     assert main(["exercises", "build", "--student", str(tmp_path / "s")]) == 0
-    files = sorted(p.relative_to(tmp_path / "s").as_posix() for p in (tmp_path / "s").rglob("*"))
+    out = tmp_path / "s"
+    files = sorted(p.relative_to(out).as_posix() for p in out.rglob("*") if p.is_file())
     stems = [p.stem for p in nbk.notebooks()]
-    assert files == sorted(["README.md"] + [s + ".md" for s in stems] + [s + ".ipynb" for s in stems])
+    top = sorted(f for f in files if not f.startswith("tostnp/"))
+    assert top == sorted(["README.md", "run.py", "requirements.txt", "pyproject.toml"]
+                         + [f"exercises/{s}.md" for s in stems]
+                         + [f"exercises/{s}.ipynb" for s in stems])
+    assert "tostnp/exercises/grading.py" in files and "tostnp/__main__.py" in files
     for p in nbk.notebooks():                                    # the tracked notebook, unchanged
-        assert (tmp_path / "s" / p.name).read_bytes() == p.read_bytes()
-        ipynb = nbk.read(tmp_path / "s" / (p.stem + ".ipynb"))
+        assert (out / "exercises" / p.name).read_bytes() == p.read_bytes()
+        ipynb = nbk.read(out / "exercises" / (p.stem + ".ipynb"))
         assert [c.source for c in ipynb.cells] == [c.source for c in nbk.read(p).cells]
-    text = " ".join((tmp_path / "s" / f).read_text() for f in files)
-    assert "MUTANTS" not in text and "# %% ex-" not in text
+    text = " ".join((out / f).read_text() for f in top)
+    assert "MUTANTS" not in text and "# %% ex-" not in text and "instructor" not in " ".join(files)
+    readme = (out / "README.md").read_text()
+    assert "python3 run.py exercises start" in readme and "python3 run.py exercises check" in readme
     assert "student edition" in capsys.readouterr().out
+
+
+def test_student_edition_checks_on_its_own(tmp_path):
+    """The student README's check command works in the edition alone (its own tostnp)."""
+    import subprocess
+    assert main(["exercises", "build", "--student", str(tmp_path / "s")]) == 0
+    out = tmp_path / "s"
+    nbk.write(nbk.fill(nbk.read(nbk.EXERCISES / f"{SMALL}.md"), nbk.solution_sections(SMALL)),
+              out / f"{SMALL}.md")
+    env = dict(os.environ, PYTHONPATH=str(out))
+    r = subprocess.run([sys.executable, "-m", "tostnp", "exercises", "check", f"{SMALL}.md"],
+                       cwd=out, env=env, capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "3.00 / 3" in r.stdout
 
 
 def test_instructor_edition_has_solutions_and_hidden_tests(tmp_path):
     assert main(["exercises", "build", "--instructor", str(tmp_path / "i")]) == 0
     out = tmp_path / "i"
-    assert (out / "instructor" / "mutants" / "02_coding_rate.py").is_file()
+    assert (out / "exercises" / "instructor" / "mutants" / "02_coding_rate.py").is_file()
+    assert "nbgrader" in (out / "exercises" / "instructor" / "README.md").read_text()
     for p in nbk.notebooks():
         solved = nbk.read(out / "solutions" / p.name)
         cells = nbk.student_cells(solved)
@@ -49,7 +71,7 @@ def test_instructor_edition_has_solutions_and_hidden_tests(tmp_path):
         hidden = [c for c in solved.cells if "hidden-check" in c.metadata.get("tags", [])]
         assert len(hidden) == len(nbk.check_cells(solved))
         assert all("hidden=True" in c.source for c in hidden)
-        assert (out / "instructor" / "solutions" / f"{p.stem}.py").is_file()
+        assert (out / "exercises" / "instructor" / "solutions" / f"{p.stem}.py").is_file()
 
 
 def test_build_refuses_exercises_folder(capsys):

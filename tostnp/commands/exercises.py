@@ -54,7 +54,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     _limits_arguments(c)
     b = sub.add_parser("build", help="write the student or the instructor edition")
     g = b.add_mutually_exclusive_group(required=True)
-    g.add_argument("--student", metavar="OUT", help="notebooks only, no solutions")
+    g.add_argument("--student", metavar="OUT", help="notebooks and the package, no solutions")
     g.add_argument("--instructor", metavar="OUT", help="also solved notebooks, hidden tests, bugs")
     r = sub.add_parser("grade", help="grade submitted notebooks: grades, feedback, exports")
     r.add_argument("submissions", help="folder: <student>/NN_name.md|.ipynb (or files directly)")
@@ -235,16 +235,36 @@ def solved_notebook(path: Path):
     return nb
 
 
+# what an edition holds besides the notebooks: enough to start, check (and grade) with it alone
+_EDITION_FILES = ["run.py", "requirements.txt", "pyproject.toml"]
+
+
 def build(out: Path, instructor: bool) -> list[Path]:
-    """Write an edition into ``out``; returns the files written."""
+    """Write an edition into ``out``; returns the files written.
+
+    Both editions: README.md (the student guide, exercises/STUDENT.md), exercises/NN_name.md and
+    .ipynb, the tostnp package (the checkers run on it), run.py, requirements.txt and
+    pyproject.toml, so that ``python3 run.py exercises start`` and ``... check`` work in the
+    edition alone. The instructor edition adds exercises/instructor/ (the solutions, the planted
+    bugs, the instructor guide) and solutions/ (solved notebooks with the hidden tests)."""
     out.mkdir(parents=True, exist_ok=True)
     written = []
+    ex = out / "exercises"
+    ex.mkdir(exist_ok=True)
     for src in nbk.notebooks():
-        shutil.copyfile(src, out / src.name)                     # the .md as it is
-        nbk.write(nbk.read(src), out / (src.stem + ".ipynb"))    # and for download
-        written += [out / src.name, out / (src.stem + ".ipynb")]
-    shutil.copyfile(nbk.EXERCISES / "README.md", out / "README.md")
+        shutil.copyfile(src, ex / src.name)                      # the .md as it is
+        nbk.write(nbk.read(src), ex / (src.stem + ".ipynb"))     # and for download
+        written += [ex / src.name, ex / (src.stem + ".ipynb")]
+    shutil.copyfile(nbk.EXERCISES / "STUDENT.md", out / "README.md")
     written.append(out / "README.md")
+    for name in _EDITION_FILES:
+        shutil.copyfile(nbk.ROOT / name, out / name)
+        written.append(out / name)
+    pkg = out / "tostnp"
+    if pkg.exists():
+        shutil.rmtree(pkg)
+    shutil.copytree(nbk.ROOT / "tostnp", pkg, ignore=shutil.ignore_patterns("__pycache__"))
+    written += sorted(p for p in pkg.rglob("*") if p.is_file())
     if instructor:
         sol = out / "solutions"
         sol.mkdir(exist_ok=True)
@@ -253,7 +273,7 @@ def build(out: Path, instructor: bool) -> list[Path]:
             for suffix in (".md", ".ipynb"):
                 nbk.write(nb, sol / (src.stem + suffix))
                 written.append(sol / (src.stem + suffix))
-        dst = out / "instructor"
+        dst = ex / "instructor"
         if dst.exists():
             shutil.rmtree(dst)
         shutil.copytree(nbk.INSTRUCTOR, dst, ignore=shutil.ignore_patterns("__pycache__"))
@@ -268,9 +288,13 @@ def _build(args) -> int:
     out = Path(args.instructor or args.student).resolve()
     if out == nbk.EXERCISES.resolve() or nbk.EXERCISES.resolve() in out.parents:
         return _fail("OUT must be outside exercises/")
+    if (out / ".git").exists() or out == nbk.ROOT.resolve():
+        return _fail("OUT must be a new folder, not a clone of the repository")
     files = build(out, instructor=bool(args.instructor))
     kind = "instructor" if args.instructor else "student"
-    print(f"{kind} edition: {len(files)} files in {out}")
+    print(f"{kind} edition: {len(files)} files in {out}; "
+          f"its README.md says how to start and check (cd {os.path.relpath(out)} && "
+          "python3 run.py exercises start)")
     return 0
 
 
