@@ -337,3 +337,32 @@ def test_other_notebooks_forgeries():
     got = {n: e["score"] for n, e in res["exercises"].items()}
     assert got["softmax_attention"] == 0.0 and got["attention_scaling"] == 0.0, res
     assert got["loglog_slope"] == 1.0
+
+
+# one exercise per kind of value the wire carries: callbacks and inputs written back
+# (numerical_gradient), a state dict written back (decode_step), tuples (layer_norm_backward), a dict of
+# gradients (tssa_backward), a figure (membership_maps), device arrays (xp_softmax), a value
+# rather than a function (bound_counterexample), a float (coding_rate)
+WIRE = ["numerical_gradient", "decode_step", "layer_norm_backward", "tssa_backward", "membership_maps",
+        "xp_softmax", "bound_counterexample", "coding_rate"]
+
+
+def _first_mutants():
+    mutants = nbk.mutants()
+    owner = {n: p.stem for p in nbk.notebooks() for n in nbk.student_cells(nbk.read(p))}
+    return [(owner[ex], ex, mutants[ex][0]) for ex in WIRE]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("stem,ex,mutant", _first_mutants(), ids=[m[1] for m in _first_mutants()])
+def test_planted_bug_caught_through_the_grading_child(stem, ex, mutant):
+    """A planted bug graded through the child gets the same hint as in the kernel (all planted
+    bugs run in-process in tests/test_exercises.py; the first of every exercise passed this test
+    through the child when the grader was written)."""
+    label, source, hint = mutant
+    sections = nbk.solution_sections(stem)
+    nb = nbk.fill(nbk.read(nbk.EXERCISES / f"{stem}.md"),
+                  dict(sections, **{ex: sections[ex] + "\n\n" + source}))
+    res = grading.run_submission(nb, stem, hidden=True, cell_timeout=120, salt=5)
+    e = res["exercises"][ex]
+    assert e["score"] < e["points"] and hint in e["hint"], (label, e)

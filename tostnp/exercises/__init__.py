@@ -4,9 +4,12 @@ exercise: ``check_<name>(student_fn)`` or ``check_<name>(result)``.
 Each compares the student's answer with an independent reference (autograd, loops, eigenvalues,
 finite differences) on several inputs, including edge shapes; prints ``PASS`` or raises
 ``AssertionError`` with a hint computed from the error (a constant factor, an axis, a sign, a
-transpose, float32 precision, a shape). Calling the ``tostnp`` function under study instead of
-writing it raises ``AssertionError`` too. Each exercise earns a score (the fraction of cases
-passed, times its points); ``python -m tostnp exercises check NOTEBOOK`` prints them.
+transpose, float32 precision, a shape). In a notebook, calling the ``tostnp`` function under
+study instead of writing it raises ``AssertionError`` too. Each exercise earns a score (the
+fraction of cases passed, times its points). One module per notebook (``exNN_<notebook>.py``).
+
+``exercises check`` and ``exercises grade`` run a notebook's cells in a separate process without
+the code under study and call these same checkers from outside it (:mod:`.grading`).
 """
 from ._core import Delegated, Fail, NotWritten, HIDDEN_ENV, RESULTS_ENV
 from .ex01_attention_cost import check_softmax_attention, check_loglog_slope, check_attention_scaling

@@ -26,6 +26,7 @@ import tracemalloc
 
 _clock = time.thread_time            # kept before student code runs: CPU time of this
                                      # thread (one BLAS thread), not disturbed by load
+_wall = time.perf_counter
 _tm_start, _tm_stop = tracemalloc.start, tracemalloc.stop
 _tm_peak, _tm_tracing = tracemalloc.get_traced_memory, tracemalloc.is_tracing
 _tm_reset = tracemalloc.reset_peak
@@ -279,20 +280,20 @@ def main():
             repeats = max(1, int(head.get("repeats", 1)))
             trace = bool(head.get("trace_memory"))
             try:
-                best, peak, stopped = float("inf"), 0, False
+                best, wall, peak, stopped = float("inf"), float("inf"), 0, False
                 for _ in range(repeats):
                     if trace:
                         _tm_start()
                         _tm_reset()
-                    t0 = _clock()
+                    t0, w0 = _clock(), _wall()
                     out = fn(*args)
-                    best = min(best, _clock() - t0)
+                    best, wall = min(best, _clock() - t0), min(wall, _wall() - w0)
                     if trace:
                         stopped = stopped or not _tm_tracing()
                         peak = max(peak, _tm_peak()[1])
                         _tm_stop()
                 e = Encoder()
-                reply = {"ok": True, "result": e.enc(out), "seconds": best, "peak": peak,
+                reply = {"ok": True, "result": e.enc(out), "seconds": best, "wall": wall, "peak": peak,
                          "trace_stopped": stopped}
                 if head.get("writeback"):
                     reply["args"] = e.enc(list(args))

@@ -5,12 +5,17 @@ A checker is a list of cases. Each case calls the student's function on one inpu
 the result with an independent reference (loops, eigenvalues, autograd, finite differences,
 written in :mod:`tostnp.exercises._reference`, never the ``tostnp`` function under study).
 The score of an exercise is ``points * (cases passed) / (cases run)``; a failing exercise raises
-``AssertionError`` with the hint of its first failing case, after recording its score.
+``AssertionError`` with the hint of its first failing case, after recording its score. A case
+that finds a broken rule (:class:`RuleBroken`), delegation, an unwritten function or a process
+that ran out of time (:class:`Aborted`) scores the exercise 0 at once.
 
-Scores go to stdout and, when the environment variable ``TOSTNP_EXERCISE_RESULTS`` names a
-file, one JSON line per exercise is appended to it (``python -m tostnp exercises check`` and
-``grade`` read them). ``TOSTNP_EXERCISE_HIDDEN=1`` adds the edge cases the notebooks do not
-show (the instructor edition and the grade command set it).
+Two ways to run. In a notebook kernel (the student's check cell): the student's function is
+called in-process, delegation is caught by a profiler, scores go to stdout and, when the
+environment variable ``TOSTNP_EXERCISE_RESULTS`` names a file, one JSON line per exercise is
+appended to it; ``TOSTNP_EXERCISE_HIDDEN=1`` adds the hidden edge cases. In the grading
+process (:mod:`tostnp.exercises.grading`): the student's function is a remote name in a child
+process (:func:`call_student` and :func:`measure` call it there), the inputs are drawn with a
+salt set at grading time (:func:`rng`) and the records go to the grader (:data:`GRADING`).
 """
 from __future__ import annotations
 
@@ -207,7 +212,8 @@ def student_error(what: str, ename: str, message: str, args=()) -> AssertionErro
 
 
 def measure(fn, *args, repeats: int = 1, trace_memory: bool = False, what="your function"):
-    """Call ``fn`` ``repeats`` times; returns (result, best seconds, peak traced bytes).
+    """Call ``fn`` ``repeats`` times; returns (result, best seconds, peak traced bytes, best
+    wall-clock seconds).
 
     The seconds are CPU seconds of the calling thread (``time.thread_time``; run BLAS on one
     thread), which other processes on a loaded machine barely disturb, unlike wall-clock time.
@@ -218,23 +224,24 @@ def measure(fn, *args, repeats: int = 1, trace_memory: bool = False, what="your 
         r = remote_call(args, what=what, repeats=repeats, trace_memory=trace_memory)
         if r.get("trace_stopped"):
             raise Fail(f"{what} stopped tracemalloc: the memory check cannot run")
-        return r["result"], float(r["seconds"]), int(r["peak"])
+        return r["result"], float(r["seconds"]), int(r["peak"]), float(r["wall"])
     import time
     import tracemalloc
-    best, peak, out = math.inf, 0, None
+    best, wall, peak, out = math.inf, math.inf, 0, None
     for _ in range(max(1, repeats)):
         if trace_memory:
             tracemalloc.start()
             tracemalloc.reset_peak()
         try:
-            t0 = time.thread_time()
+            t0, w0 = time.thread_time(), time.perf_counter()
             out = call_student(fn, *args, what=what)
             best = min(best, time.thread_time() - t0)
+            wall = min(wall, time.perf_counter() - w0)
         finally:
             if trace_memory:
                 peak = max(peak, tracemalloc.get_traced_memory()[1])
                 tracemalloc.stop()
-    return out, best, peak
+    return out, best, peak, wall
 
 
 # --------------------------------------------------------------------------------------------

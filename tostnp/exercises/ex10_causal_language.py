@@ -80,7 +80,7 @@ def _prefix_cost(fn, rng):
     T, C, h = COST_T, COST_C, COST_H
     w = rng.standard_normal((1, T, C))
     Pi = rng.dirichlet(np.ones(h), size=(1, T))
-    got, secs, peak = measure(fn, w, Pi, h, repeats=3, trace_memory=True, what="prefix_statistics")
+    got, secs, peak, _ = measure(fn, w, Pi, h, repeats=3, trace_memory=True, what="prefix_statistics")
     if not isinstance(got, (tuple, list)) or len(got) != 3:
         raise Fail("return a triple (S1, S2, S3)")
     compare(got[0], np.cumsum(w**2, 1), f"S1 for T = {T}", shape_desc="(B, T, C)")
