@@ -202,7 +202,6 @@ def main():
     _limits(cfg)
     _audit(cfg, sandbox)
     ns = {"__name__": "__main__"}
-    cbs = {}
 
     def decode(v):
         if isinstance(v, list):

@@ -10,7 +10,7 @@ import numpy as np
 from . import _reference as ref
 from ._core import Fail, call_student, case, compare, hidden_enabled, run_cases
 from ._core import rng as _rng
-from .ex06_tssa_layer import _FORBID, _FORBID_AD, _HIDDEN, _SHAPES, _inputs
+from .ex06_tssa_layer import _FORBID_AD, _HIDDEN, _SHAPES, _inputs
 
 
 # --------------------------------------------------------------------------------------------

@@ -951,7 +951,6 @@ def _write_feedback(out, done, rows, students, stems, marks, info):
             if r.get("notes"):
                 lines += ["Notes from running your notebook:", ""]
                 lines += [f"- {n}" for n in r["notes"]] + [""]
-            qs = r.get("questions", [])
             old = _written_marks(out, stem)
             for q, ans in enumerate(r.get("answers", []), start=1):
                 m = marks.get((student, stem, q))
