@@ -514,7 +514,7 @@ class Session:
         self._start()
         for step in list(self.replay):
             try:
-                reply, _ = self.request({"op": "exec", "source": step.source, "cell": step.index})
+                reply, _ = self.request({"op": "exec", "source": step.source, "cell": step.index + 1})
             except Lost:
                 self.replay.remove(step)
                 self.kill()
@@ -525,7 +525,7 @@ class Session:
 
     # -- operations ---------------------------------------------------------------------------
     def exec(self, step: Step) -> dict:
-        reply, _ = self.request({"op": "exec", "source": step.source, "cell": step.index})
+        reply, _ = self.request({"op": "exec", "source": step.source, "cell": step.index + 1})
         if reply.get("ok"):
             self.replay.append(step)
         return reply
@@ -597,19 +597,21 @@ def run_submission(sub, stem: str, *, hidden: bool, cell_timeout: float = 60.0,
         for step in p.steps:
             if time.monotonic() >= deadline:
                 notes.append(f"the notebook's time budget ({notebook_timeout:.0f} s) ran out "
-                             f"before cell {step.index}")
+                             f"before cell {step.index + 1}")
                 break
             if step.kind == "exec":
+                where = (f"your {step.exercise} cell (cell {step.index + 1})" if step.exercise
+                         else f"cell {step.index + 1}")
                 try:
                     reply = session.exec(step)
                 except Lost as e:
-                    reason = f"cell {step.index} {e}"
+                    reason = f"{where} {e}"
                     notes.append(reason)
                     if step.exercise:
                         cell_errors[step.exercise] = reason
                     continue
                 if not reply.get("ok"):
-                    reason = (f"cell {step.index} raised {reply.get('etype')}: "
+                    reason = (f"{where} raised {reply.get('etype')}: "
                               f"{_first_line(reply.get('message', ''))}")
                     notes.append(reason)
                     if step.exercise:
