@@ -42,6 +42,20 @@ def _limits(cfg):
     if fsize > 0:
         resource.setrlimit(resource.RLIMIT_FSIZE, (fsize, fsize))
     resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+    cpu = int(cfg.get("cpu_seconds") or 0)
+    if cpu > 0:                                  # a backstop: the grader's clock comes first
+        resource.setrlimit(resource.RLIMIT_CPU, (cpu, cpu + 5))
+
+
+def _die_with_parent():
+    """Linux: be killed when the grading process dies (a killed grading run leaves no child)."""
+    try:
+        import ctypes
+        ctypes.CDLL(None).prctl(1, 9)            # PR_SET_PDEATHSIG, SIGKILL
+    except Exception:                            # noqa: BLE001  not Linux: the pipe closes
+        pass
+    if os.getppid() == 1:
+        os._exit(1)
 
 
 def _audit(cfg, sandbox):
@@ -185,6 +199,7 @@ class Encoder:
 
 
 def main():
+    _die_with_parent()
     sandbox, rfd, wfd, cfg_path = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), sys.argv[4]
     with open(cfg_path, encoding="utf-8") as f:
         cfg = json.load(f)

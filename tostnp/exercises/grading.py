@@ -352,7 +352,8 @@ class Session:
         build_sandbox(stem, self.dir)
         shutil.copyfile(CHILD, self.dir / "_child.py")
         allowed = {sys.prefix, sys.base_prefix, sys.exec_prefix}
-        cfg = {"memory_bytes": memory_mb * 2**20 if memory_mb else 0,
+        cpu = int(deadline - time.monotonic()) + 60 if deadline is not None else 0
+        cfg = {"memory_bytes": memory_mb * 2**20 if memory_mb else 0, "cpu_seconds": cpu,
                "file_bytes": 64 * 2**20, "blocked_modules": list(BLOCKED_MODULES),
                "protected": self.protected, "allowed_read": sorted(allowed),
                "preload": PRELOAD.get(stem, [])}
