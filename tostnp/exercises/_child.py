@@ -35,16 +35,21 @@ MAX_MESSAGE = 512 * 2**20
 
 
 def _limits(cfg):
+    def cap(which, soft, hard=None):
+        try:
+            resource.setrlimit(which, (soft, soft if hard is None else hard))
+        except (ValueError, OSError):            # a platform without this limit (macOS: AS)
+            pass
     mem = int(cfg.get("memory_bytes") or 0)
     if mem > 0:
-        resource.setrlimit(resource.RLIMIT_AS, (mem, mem))
+        cap(resource.RLIMIT_AS, mem)
     fsize = int(cfg.get("file_bytes") or 0)
     if fsize > 0:
-        resource.setrlimit(resource.RLIMIT_FSIZE, (fsize, fsize))
-    resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+        cap(resource.RLIMIT_FSIZE, fsize)
+    cap(resource.RLIMIT_CORE, 0)
     cpu = int(cfg.get("cpu_seconds") or 0)
     if cpu > 0:                                  # a backstop: the grader's clock comes first
-        resource.setrlimit(resource.RLIMIT_CPU, (cpu, cpu + 5))
+        cap(resource.RLIMIT_CPU, cpu, cpu + 5)
 
 
 def _die_with_parent():
