@@ -31,7 +31,7 @@ _tm_start, _tm_stop = tracemalloc.start, tracemalloc.stop
 _tm_peak, _tm_tracing = tracemalloc.get_traced_memory, tracemalloc.is_tracing
 _tm_reset = tracemalloc.reset_peak
 
-MAX_MESSAGE = 512 * 2**20
+MAX_MESSAGE = 256 * 2**20
 
 
 def _limits(cfg):
