@@ -113,6 +113,11 @@ CLASS = {
                             "    big = np.ones((2**28,))\n    return big[:n * d].reshape(n, d)\n"}),
                {**dict.fromkeys(EXS, 1.0), "max_rate_design": 0.0},
                {"max_rate_design": "memory"}),
+    "huge_result": (_submission({"max_rate_design": "import numpy as np\n"
+                                 "def max_rate_design_mine(n, d, eps):\n"
+                                 "    return np.zeros((3000, 3000))\n"}),
+                    {**dict.fromkeys(EXS, 1.0), "max_rate_design": 0.0},
+                    {"max_rate_design": "the limit is"}),
     "deleted_check": (_submission(drop_check=("coding_rate",)),
                       {**dict.fromkeys(EXS, 1.0), "coding_rate": 0.0},
                       {"coding_rate": "missing"}),

@@ -64,18 +64,19 @@ BLOCKED_MODULES = ("autograd", "jax", "torch", "tensorflow", "sympy", "tostnp.ex
 # notebook asks the student to write them. Every other notebook gets no package code at all.
 SANDBOX_PACKAGE = {
     "08_tost_block": {
-        "keep": ["_validate.py", "backend.py", "params.py", "fused.py", "io.py", "nn"],
-        "drop": ["nn/block.py", "nn/class_attention.py"],
-        "empty": {"fused.py": ["layer_norm_forward", "layer_norm_backward"],
-                  "nn/layers.py": ["layer_norm_forward", "layer_norm_backward"]},
-        "nn_init": ["layers", "attention", "flash", "tssa"],
+        "keep": ["tostnp._validate", "tostnp.backend", "tostnp.params", "tostnp.fused", "tostnp.io",
+                 "tostnp.nn"],
+        "drop": ["tostnp.nn.block", "tostnp.nn.class_attention"],
+        "empty": {"tostnp.fused": ["layer_norm_forward", "layer_norm_backward"],
+                  "tostnp.nn.layers": ["layer_norm_forward", "layer_norm_backward"]},
+        "init": {"tostnp.nn": ["layers", "attention", "flash", "tssa"]},
     },
     "09_images": {
-        "keep": ["_validate.py", "backend.py", "params.py", "fused.py", "io.py", "checkpoint.py",
-                 "nn", "models", "data"],
+        "keep": ["tostnp._validate", "tostnp.backend", "tostnp.params", "tostnp.fused", "tostnp.io",
+                 "tostnp.checkpoint", "tostnp.nn", "tostnp.models", "tostnp.data"],
         "drop": [],
-        "empty": {"fused.py": ["adamw_update"]},
-        "nn_init": None,
+        "empty": {"tostnp.fused": ["adamw_update"]},
+        "init": {},
     },
 }
 PRELOAD = {"09_images": ["matplotlib.pyplot", "threadpoolctl"], "01_attention_cost": ["threadpoolctl"],
@@ -212,21 +213,32 @@ def build_sandbox(stem: str, dest: Path) -> None:
     spec = SANDBOX_PACKAGE.get(stem)
     if not spec:
         return
-    for rel in spec["keep"]:
-        src = PACKAGE / rel
+    for name in spec["keep"]:
+        src = _source(name)
+        dst = pkg / src.relative_to(PACKAGE)
+        dst.parent.mkdir(parents=True, exist_ok=True)
         if src.is_dir():
-            shutil.copytree(src, pkg / rel, ignore=shutil.ignore_patterns("__pycache__"))
+            shutil.copytree(src, dst, ignore=shutil.ignore_patterns("__pycache__"))
         else:
-            shutil.copyfile(src, pkg / rel)
-    for rel in spec["drop"]:
-        (pkg / rel).unlink(missing_ok=True)
-    for rel, names in spec["empty"].items():
-        f = pkg / rel
-        f.write_text(_empty_functions(f.read_text(encoding="utf-8"), set(names),
-                                      rel[:-3].replace("/", ".")))
-    if spec.get("nn_init") is not None:
-        (pkg / "nn" / "__init__.py").write_text(
-            "".join(f"from .{m} import *  # noqa\n" for m in spec["nn_init"]))
+            shutil.copyfile(src, dst)
+    for name in spec["drop"]:
+        (pkg / _source(name).relative_to(PACKAGE)).unlink(missing_ok=True)
+    for name, funcs in spec["empty"].items():
+        f = pkg / _source(name).relative_to(PACKAGE)
+        f.write_text(_empty_functions(f.read_text(encoding="utf-8"), set(funcs), name[7:]))
+    for name, subs in spec["init"].items():
+        (pkg / _source(name).relative_to(PACKAGE) / "__init__.py").write_text(
+            "".join(f"from .{m} import *  # noqa\n" for m in subs))
+
+
+def _source(module: str) -> Path:
+    """The file (or, for a package, the folder) of a tostnp module, found without importing it."""
+    import importlib.util
+    spec = importlib.util.find_spec(module)
+    if spec is None or spec.origin is None:
+        raise ModuleNotFoundError(f"SANDBOX_PACKAGE names {module}, which does not exist")
+    origin = Path(spec.origin).resolve()
+    return origin.parent if spec.submodule_search_locations else origin
 
 
 # --------------------------------------------------------------------------------------------
