@@ -162,7 +162,9 @@ def plan(sub, stem: str) -> Plan:
                            "under your code")
     blank = {s.strip() for s in nbk.written_answers(official)}
     answers = [a if a.strip() not in blank else "" for a in nbk.written_answers(sub)]
-    return Plan(stem, steps, exercises, problems, answers, written_questions(official))
+    questions = written_questions(official)
+    answers = (answers + [""] * len(questions))[:len(questions)]   # a deleted answer cell: blank
+    return Plan(stem, steps, exercises, problems, answers, questions)
 
 
 def written_questions(nb) -> list[str]:
