@@ -92,6 +92,17 @@ MUTANTS = {
          "a factor 1/2 is missing"),
     ],
     "coding_rate_grad": [
+        ("finite differences, step relative to Z",
+         "def coding_rate_grad_mine(Z, eps):\n"
+         "    g = np.zeros_like(Z)\n"
+         "    for i in np.ndindex(Z.shape):\n"
+         "        h = 1e-5 * max(1.0, abs(Z[i]))\n"
+         "        a, b = Z.copy(), Z.copy()\n"
+         "        a[i] += h\n"
+         "        b[i] -= h\n"
+         "        g[i] = (coding_rate_mine(a, eps) - coding_rate_mine(b, eps)) / (2 * h)\n"
+         "    return g\n",
+         "finite differences"),
         ("forgot the 1/2 cancels the 2 (half)",
          "_ok = coding_rate_grad_mine\n"
          "def coding_rate_grad_mine(Z, eps):\n    return 0.5 * _ok(Z, eps)\n",

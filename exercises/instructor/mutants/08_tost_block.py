@@ -20,6 +20,21 @@ MUTANTS = {
          "could not be broadcast"),
     ],
     "layer_norm_backward": [
+        ("finite differences, step relative to x",
+         "def layer_norm_backward_mine(dy, x, gamma, beta, eps):\n"
+         "    def fd(f, v):\n"
+         "        g = np.zeros_like(v)\n"
+         "        for i in np.ndindex(v.shape):\n"
+         "            h = 1e-5 * max(1.0, abs(v[i]))\n"
+         "            a, b = v.copy(), v.copy()\n"
+         "            a[i] += h\n"
+         "            b[i] -= h\n"
+         "            g[i] = (f(a) - f(b)) / (2 * h)\n"
+         "        return g\n"
+         "    L = lambda x, g, b: float(np.sum(dy * layer_norm_mine(x, g, b, eps)))\n"
+         "    return (fd(lambda v: L(v, gamma, beta), x), fd(lambda v: L(x, v, beta), gamma),\n"
+         "            fd(lambda v: L(x, gamma, v), beta))\n",
+         "finite differences"),
         ("statistics held fixed", "def layer_norm_backward_mine(dy, x, gamma, beta, eps):\n"
          "    mu = x.mean(-1, keepdims=True); r = 1 / np.sqrt(x.var(-1, keepdims=True) + eps)\n"
          "    C = x.shape[-1]\n"

@@ -3,6 +3,20 @@ described in exercises/instructor/mutants/README.md)."""
 
 MUTANTS = {
     "prefix_statistics": [
+        ("a T x T mask", "def prefix_statistics_mine(w, Pi, num_heads):\n"
+         "    p = w.shape[-1] // num_heads\n"
+         "    M = np.tril(np.ones((w.shape[1], w.shape[1])))\n"
+         "    return (np.einsum('ts,bsc->btc', M, w**2),\n"
+         "            np.einsum('ts,bsc->btc', M, np.repeat(Pi, p, -1) * w**2),\n"
+         "            np.einsum('ts,bsh->bth', M, Pi))\n", "O(T) memory"),
+        ("a loop over t", "def prefix_statistics_mine(w, Pi, num_heads):\n"
+         "    p = w.shape[-1] // num_heads\n"
+         "    X = [w**2, np.repeat(Pi, p, -1) * w**2, Pi]\n"
+         "    out = [np.zeros_like(x) for x in X]\n"
+         "    for t in range(w.shape[1]):\n"
+         "        for o, x in zip(out, X):\n"
+         "            o[:, t] = x[:, t] + (o[:, t - 1] if t else 0)\n"
+         "    return tuple(out)\n", "a Python loop over t"),
         ("suffix sums", "def prefix_statistics_mine(w, Pi, num_heads):\n"
          "    p = w.shape[-1] // num_heads\n"
          "    r = lambda a: np.flip(np.cumsum(np.flip(a, 1), 1), 1)\n"
