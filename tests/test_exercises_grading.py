@@ -346,6 +346,24 @@ def test_other_notebooks_forgeries():
     assert got["loglog_slope"] == 1.0
 
 
+@pytest.mark.slow
+def test_patches_through_the_model_code_are_refused():
+    """Notebook 09's training needs the model code, which holds a patch extraction: 9.1 is
+    checked in a child without it (the training, in a child with it)."""
+    stem = "09_images"
+    forged = ("import array_api_compat.numpy as xp\n"
+              "from tostnp.nn.layers import _patchify\n"
+              "def patchify_mine(images, P):\n"
+              "    return _patchify(xp, images, P)\n")
+    nb = nbk.fill(nbk.read(nbk.EXERCISES / f"{stem}.md"),
+                  dict(nbk.solution_sections(stem), patchify=forged))
+    res = grading.run_submission(nb, stem, hidden=True, cell_timeout=60, salt=3)
+    got = {n: e["score"] for n, e in res["exercises"].items()}
+    assert got == {"patchify": 0.0, "adam_step": 1.0, "digits_training": 2.0,
+                   "membership_maps": 1.0}, res
+    assert "not defined" in res["exercises"]["patchify"]["hint"]
+
+
 # one exercise per kind of value the wire carries: callbacks and inputs written back
 # (numerical_gradient), a state dict written back (decode_step), tuples (layer_norm_backward), a dict of
 # gradients (tssa_backward), a figure (membership_maps), device arrays (xp_softmax), a value

@@ -1,6 +1,6 @@
 """The grading child: runs ONE submission's code cells and evaluates its functions on request.
 
-Started by :mod:`tostnp.exercises.grading` as ``python -E -s _child.py SANDBOX RFD WFD CONFIG``
+Started by :mod:`tostnp.exercises.grading` as ``python -S -E _child.py SANDBOX RFD WFD CONFIG``
 (a copy of this file inside the sandbox; it imports nothing from tostnp). It never sees a
 reference, a solution or a score: the grading process sends cells to execute and calls to
 make; this process answers with plain data (JSON + arrays in an .npz, no pickle) over two pipes.
@@ -210,6 +210,7 @@ def main():
         cfg = json.load(f)
     sandbox = os.path.realpath(sandbox)
     sys.path[:0] = [os.path.join(sandbox, "pkgs")]
+    sys.path += [d for d in cfg.get("site_packages", ()) if d not in sys.path]
     os.chdir(os.path.join(sandbox, "work"))
     log = open(os.path.join(sandbox, "output.txt"), "a", buffering=1, encoding="utf-8")
     sys.stdout = sys.stderr = log

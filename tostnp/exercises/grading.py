@@ -79,6 +79,11 @@ SANDBOX_PACKAGE = {
         "init": {},
     },
 }
+# notebooks graded in more than one child: each phase checks some exercises, with its own
+# package. Notebook 09's training exercise needs the model code, and the model code holds a patch
+# extraction and LayerNorm, so 9.1, 9.2 and 9.4 are checked in a child without any package code.
+PHASES = {"09_images": [(("patchify", "adam_step", "membership_maps"), None),
+                        (("digits_training",), "notebook")]}
 PRELOAD = {"09_images": ["matplotlib.pyplot", "threadpoolctl"], "01_attention_cost": ["threadpoolctl"],
            "11_gpu": ["array_api_strict", "array_api_compat"]}
 
@@ -337,6 +342,40 @@ class Remote:
         return self.remote_call(args)["result"]
 
 
+def site_dirs() -> list[str]:
+    """The site-packages folders of this interpreter: the child starts without ``site`` (-S, so
+    no .pth file runs: an editable install's import hook would reach the real tostnp) and puts
+    these on its path itself."""
+    import site
+    dirs = list(site.getsitepackages()) + [site.getusersitepackages()]
+    return [d for d in dict.fromkeys(dirs) if os.path.isdir(d)]
+
+
+def real_package_dirs() -> set[Path]:
+    """Every folder a real ``tostnp`` could be imported from: this one, a copy installed in
+    site-packages, the target of an editable install. A child may read none of them."""
+    import glob
+    out = {PACKAGE}
+    for sp in site_dirs():
+        if os.path.isdir(os.path.join(sp, "tostnp")):
+            out.add(Path(sp, "tostnp").resolve())
+        for f in glob.glob(os.path.join(sp, "__editable___tostnp*finder.py")):
+            try:
+                tree = ast.parse(Path(f).read_text(encoding="utf-8"))
+            except (OSError, SyntaxError):
+                continue
+            for node in tree.body:
+                targets = (node.targets if isinstance(node, ast.Assign) else [node.target]
+                           if isinstance(node, ast.AnnAssign) and node.value is not None else [])
+                if any(getattr(t, "id", "") == "MAPPING" for t in targets):
+                    try:
+                        mapping = ast.literal_eval(node.value)
+                    except ValueError:
+                        continue
+                    out |= {Path(v).resolve() for v in mapping.values()}
+    return out
+
+
 def _unshare_works() -> bool:
     if not hasattr(_unshare_works, "ok"):
         exe = shutil.which("unshare")
@@ -356,20 +395,24 @@ class Session:
     after a cell or a call ran out of time or killed it."""
 
     def __init__(self, stem: str, *, cell_timeout: float, memory_mb: int, protected=(),
-                 deadline: float | None = None):
+                 deadline: float | None = None, package: str | None = "notebook"):
+        """``package``: which tostnp the child gets: "notebook" (``SANDBOX_PACKAGE[stem]``, or
+        none), or None (none at all)."""
         self.stem, self.cell_timeout, self.memory_mb = stem, cell_timeout, memory_mb
-        self.protected = [str(Path(p).resolve()) for p in protected]
+        self.protected = sorted({str(Path(p).resolve()) for p in protected}
+                                | {str(d) for d in real_package_dirs()})
         self.deadline = deadline
         self.dir = Path(tempfile.mkdtemp(prefix="tostnp-grade-"))
         (self.dir / "work").mkdir()
         (self.dir / "tmp").mkdir()
-        build_sandbox(stem, self.dir)
+        build_sandbox(stem if package == "notebook" else "", self.dir)
         shutil.copyfile(CHILD, self.dir / "_child.py")
         allowed = {sys.prefix, sys.base_prefix, sys.exec_prefix}
         cpu = int(deadline - time.monotonic()) + 60 if deadline is not None else 0
         cfg = {"memory_bytes": memory_mb * 2**20 if memory_mb else 0, "cpu_seconds": cpu,
                "file_bytes": 64 * 2**20, "blocked_modules": list(BLOCKED_MODULES),
                "protected": self.protected, "allowed_read": sorted(allowed),
+               "site_packages": site_dirs(),
                "preload": PRELOAD.get(stem, [])}
         (self.dir / "config.json").write_text(json.dumps(cfg))
         self.proc = None
@@ -384,7 +427,7 @@ class Session:
                "TMPDIR": str(self.dir / "tmp"), "MPLBACKEND": "Agg",
                "MPLCONFIGDIR": str(self.dir / "tmp"), "OMP_NUM_THREADS": "1",
                "OPENBLAS_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", "LANG": "C.UTF-8"}
-        cmd = [sys.executable, "-E", "-s", str(self.dir / "_child.py"), str(self.dir),
+        cmd = [sys.executable, "-S", "-E", str(self.dir / "_child.py"), str(self.dir),
                str(c_r), str(c_w), str(self.dir / "config.json")]
         hide = [p for p in self.protected if Path(p).is_dir()
                 and not str(self.dir).startswith(p.rstrip("/") + "/")
@@ -585,107 +628,132 @@ def _first_line(text: str, n: int = 300) -> str:
     return (text.splitlines()[0] if text else "")[:n]
 
 
+def _run_phase(p: Plan, session: "Session", only, hidden, results, notes, cell_errors,
+               deadline, notebook_timeout, sink, all_notes: bool) -> None:
+    """Run the plan's steps in ``session``; check the exercises in ``only`` (None: all). Notes on
+    failed cells: every cell's when ``all_notes``, else only those of the exercises checked."""
+
+    def note(step, text):
+        if all_notes or (step.exercise is not None and step.exercise in only):
+            notes.append(text)
+    from tostnp import exercises as checkers
+
+    def zero(name, reason):
+        results[name] = {"score": 0.0, "points": nbk.points_of(name), "passed": 0, "cases": 0,
+                         "hint": reason}
+    session.start()
+    for step in p.steps:
+        if time.monotonic() >= deadline:
+            notes.append(f"the notebook's time budget ({notebook_timeout:.0f} s) ran out "
+                         f"before cell {step.index + 1}")
+            break
+        if step.kind == "exec":
+            where = (f"your {step.exercise} cell (cell {step.index + 1})" if step.exercise
+                     else f"cell {step.index + 1}")
+            try:
+                reply = session.exec(step)
+            except Lost as e:
+                reason = f"{where} {e}"
+                note(step, reason)
+                if step.exercise:
+                    cell_errors[step.exercise] = reason
+                continue
+            if not reply.get("ok"):
+                reason = (f"{where} raised {reply.get('etype')}: "
+                          f"{_first_line(reply.get('message', ''))}")
+                note(step, reason)
+                if step.exercise and (only is None or step.exercise in only
+                                      or step.exercise not in cell_errors):
+                    cell_errors[step.exercise] = reason
+            continue
+        name = step.exercise
+        if name in p.problems:
+            continue
+        for ex, argnames in step.calls:
+            checker = getattr(checkers, f"check_{ex}", None)
+            if checker is None or (only is not None and ex not in only):
+                continue
+            objs, missing = [], None
+            try:
+                for a in argnames:
+                    k = session.kind(a)
+                    if k == "missing":
+                        missing = a
+                        break
+                    objs.append(Remote(session, a) if k == "callable" else session.value(a))
+            except (Lost, _core.Fail) as e:
+                zero(ex, f"{ex}: could not read your answer ({e})")
+                continue
+            if missing:
+                why = cell_errors.get(ex) or cell_errors.get(name)
+                zero(ex, f"{missing} is not defined" + (f": {why}" if why else
+                                                         " (run its cell; is it named so?)"))
+                continue
+            sink.clear()
+            try:
+                checker(*objs, hidden=hidden)
+            except AssertionError:
+                pass
+            except Exception as e:                              # noqa: BLE001  never the run
+                sink.clear()
+                zero(ex, f"the check could not run on your answer ({type(e).__name__}: "
+                         f"{_first_line(str(e))})")
+            for r in sink:
+                results[r["exercise"]] = {k: r[k] for k in
+                                          ("score", "points", "passed", "cases", "hint")}
+            if ex not in results:
+                zero(ex, "the check did not finish")
+            if session.proc is None:                            # aborted: start again
+                try:
+                    session.restart()
+                except Lost as e:
+                    notes.append(f"the process could not be started again: {e}")
+
+
 def run_submission(sub, stem: str, *, hidden: bool, cell_timeout: float = 60.0,
                    notebook_timeout: float = 600.0, memory_mb: int = 2048, salt=None,
                    protected=()) -> dict:
     """Grade one submission (an nbformat node of notebook ``stem``); returns its result:
     {"exercises": {name: {score, points, passed, cases, hint}}, "notes": [...], "answers",
     "questions", "salt", "seconds"}."""
-    from tostnp import exercises as checkers
     t0 = time.monotonic()
     p = plan(sub, stem)
     results: dict[str, dict] = {}
     notes: list[str] = []
     cell_errors: dict[str, str] = {}
     deadline = t0 + notebook_timeout
-    session = Session(stem, cell_timeout=cell_timeout, memory_mb=memory_mb, protected=protected,
-                      deadline=deadline)
-    sink_records: list[dict] = []
+    restarts, tails = 0, []
+    phases = PHASES.get(stem, [(None, "notebook")])
     old = (_core.GRADING.salt, _core.GRADING.sink)
-    _core.GRADING.salt, _core.GRADING.sink = salt, sink_records.append
+    try:
+        for k, (only, package) in enumerate(phases):
+            session = Session(stem, cell_timeout=cell_timeout, memory_mb=memory_mb,
+                              protected=protected, deadline=deadline, package=package)
+            sink: list[dict] = []
+            _core.GRADING.salt, _core.GRADING.sink = salt, sink.append
+            try:
+                _run_phase(p, session, only, hidden, results, notes, cell_errors, deadline,
+                           notebook_timeout, sink, all_notes=k == len(phases) - 1)
+            finally:
+                restarts += session.restarts
+                tails.append(session.output_tail())
+                session.close()
+    finally:
+        _core.GRADING.salt, _core.GRADING.sink = old
+    tail = tails[-1] if tails else ""
 
     def zero(name, reason):
         results[name] = {"score": 0.0, "points": nbk.points_of(name), "passed": 0, "cases": 0,
                          "hint": reason}
-    try:
-        session.start()
-        for step in p.steps:
-            if time.monotonic() >= deadline:
-                notes.append(f"the notebook's time budget ({notebook_timeout:.0f} s) ran out "
-                             f"before cell {step.index + 1}")
-                break
-            if step.kind == "exec":
-                where = (f"your {step.exercise} cell (cell {step.index + 1})" if step.exercise
-                         else f"cell {step.index + 1}")
-                try:
-                    reply = session.exec(step)
-                except Lost as e:
-                    reason = f"{where} {e}"
-                    notes.append(reason)
-                    if step.exercise:
-                        cell_errors[step.exercise] = reason
-                    continue
-                if not reply.get("ok"):
-                    reason = (f"{where} raised {reply.get('etype')}: "
-                              f"{_first_line(reply.get('message', ''))}")
-                    notes.append(reason)
-                    if step.exercise:
-                        cell_errors[step.exercise] = reason
-                continue
-            name = step.exercise
-            if name in p.problems:
-                continue
-            for ex, argnames in step.calls:
-                checker = getattr(checkers, f"check_{ex}", None)
-                if checker is None:
-                    continue
-                objs, missing = [], None
-                try:
-                    for a in argnames:
-                        k = session.kind(a)
-                        if k == "missing":
-                            missing = a
-                            break
-                        objs.append(Remote(session, a) if k == "callable" else session.value(a))
-                except (Lost, _core.Fail) as e:
-                    zero(ex, f"{ex}: could not read your answer ({e})")
-                    continue
-                if missing:
-                    why = cell_errors.get(ex) or cell_errors.get(name)
-                    zero(ex, f"{missing} is not defined" + (f": {why}" if why else
-                                                             " (run its cell; is it named so?)"))
-                    continue
-                sink_records.clear()
-                try:
-                    checker(*objs, hidden=hidden)
-                except AssertionError:
-                    pass
-                except Exception as e:                          # noqa: BLE001  never the run
-                    sink_records.clear()
-                    zero(ex, f"the check could not run on your answer ({type(e).__name__}: "
-                             f"{_first_line(str(e))})")
-                for r in sink_records:
-                    results[r["exercise"]] = {k: r[k] for k in
-                                              ("score", "points", "passed", "cases", "hint")}
-                if ex not in results:
-                    zero(ex, "the check did not finish")
-                if session.proc is None:                        # aborted: start again
-                    try:
-                        session.restart()
-                    except Lost as e:
-                        notes.append(f"the process could not be started again: {e}")
-    finally:
-        _core.GRADING.salt, _core.GRADING.sink = old
-        tail = session.output_tail()
-        session.close()
     for name in p.exercises:
         if name in p.problems:
             zero(name, p.problems[name])
         elif name not in results:
             zero(name, cell_errors.get(name) or "the check did not run (time budget?)")
     ordered = {n: results[n] for n in p.exercises}
+    notes = list(dict.fromkeys(notes))                  # a cell that failed in two phases
     return {"notebook": stem, "exercises": ordered, "notes": notes, "answers": p.answers,
-            "questions": p.questions, "salt": salt, "restarts": session.restarts,
+            "questions": p.questions, "salt": salt, "restarts": restarts,
             "seconds": round(time.monotonic() - t0, 2), "output_tail": tail[-1000:]}
 
 
