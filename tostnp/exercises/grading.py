@@ -400,7 +400,8 @@ class Session:
         none), or None (none at all)."""
         self.stem, self.cell_timeout, self.memory_mb = stem, cell_timeout, memory_mb
         self.protected = sorted({str(Path(p).resolve()) for p in protected}
-                                | {str(d) for d in real_package_dirs()})
+                                | {str(d) for d in real_package_dirs()}
+                                | {f"/proc/{os.getpid()}"})      # the grader's memory
         self.deadline = deadline
         self.dir = Path(tempfile.mkdtemp(prefix="tostnp-grade-"))
         (self.dir / "work").mkdir()
@@ -429,7 +430,7 @@ class Session:
                "OPENBLAS_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", "LANG": "C.UTF-8"}
         cmd = [sys.executable, "-S", "-E", str(self.dir / "_child.py"), str(self.dir),
                str(c_r), str(c_w), str(self.dir / "config.json")]
-        hide = [p for p in self.protected if Path(p).is_dir()
+        hide = [p for p in self.protected if Path(p).is_dir() and not p.startswith("/proc/")
                 and not str(self.dir).startswith(p.rstrip("/") + "/")
                 and not any(x.startswith(p.rstrip("/") + "/") or x == p
                             for x in (sys.prefix, sys.base_prefix))]
