@@ -156,15 +156,15 @@ def plan(sub, stem: str) -> Plan:
                     seen.add(n)
                     steps.append(Step("check", checks[n], i, n, _check_calls(checks[n])))
                 elif n not in seen:
-                    problems[n] = (f"the check cell of {n} was edited; it counts only as "
-                                   f"written: restore it as `{_norm(checks[n])}`")
+                    problems[n] = (f"the check cell of {n} was edited, so the exercise "
+                                   f"scores 0: restore it as `{_norm(checks[n])}`")
             continue
         ex = next((t[3:] for t in tags if t.startswith("ex-")), None)
         steps.append(Step("exec", c.source, i, ex))
     for n in exercises:
         if n not in seen and n not in problems:
-            problems[n] = (f"the check cell of {n} is missing; put `{_norm(checks[n])}` back "
-                           "under your code")
+            problems[n] = (f"the check cell of {n} is missing, so the exercise scores 0: put "
+                           f"`{_norm(checks[n])}` back under your code")
     blank = {s.strip() for s in nbk.written_answers(official)}
     answers = [a if a.strip() not in blank else "" for a in nbk.written_answers(sub)]
     questions = written_questions(official)
