@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import shutil
 import subprocess
 import sys
 import venv
@@ -61,7 +62,10 @@ def main(argv: list[str]) -> int:
         cmd = [str(py), "-m", "pytest", *argv[1:]]
     else:
         cmd = [str(py), "-m", "tostnp", *argv]
-    return subprocess.call(cmd, cwd=ROOT)
+    # how the user started us, for the commands tostnp prints (tostnp.cli.options.prog)
+    env = dict(os.environ, TOSTNP_PROG=" ".join(
+        ["python3" if shutil.which("python3") else sys.executable, sys.argv[0]]))
+    return subprocess.call(cmd, cwd=ROOT, env=env)
 
 
 if __name__ == "__main__":

@@ -1,7 +1,7 @@
 """The exercise checkers (tostnp.exercises) and notebooks (exercises/NN_*.md).
 
 * In-process, fast: every reference solution passes every checker, hidden edge cases included;
-  every planted bug (exercises/instructor/mutants.py) is rejected with its intended hint.
+  every planted bug (exercises/instructor/mutants/NN_name.py) is rejected with its intended hint.
 * Through a real kernel, one per notebook execution, three executions per notebook: with the
   solutions filled in (every exercise scores full marks, no cell errors), untouched (every
   check fails saying the exercise is not written yet, and no other cell errors), and with one
@@ -9,7 +9,6 @@
 """
 from __future__ import annotations
 
-import importlib.util
 import os
 import sys
 
@@ -24,14 +23,7 @@ from tostnp.exercises import notebook as nbk  # noqa: E402
 NOTEBOOKS = nbk.notebooks()
 
 
-def _load_mutants():
-    spec = importlib.util.spec_from_file_location("_mutants", nbk.INSTRUCTOR / "mutants.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod.MUTANTS
-
-
-MUTANTS = _load_mutants()
+MUTANTS = nbk.mutants()
 # exercise name -> notebook stem
 OWNER = {name: p.stem for p in NOTEBOOKS for name in nbk.student_cells(nbk.read(p))}
 CHECK_SRC = {name: c.source for p in NOTEBOOKS for c in nbk.check_cells(nbk.read(p))
@@ -122,3 +114,43 @@ def test_notebook_three_ways(path, kernel_env):
     assert len(errs) == 1 and hint in errs[0][3], (label, errs)
     assert res[ex]["score"] < res[ex]["points"]
     assert all(r["score"] == r["points"] for n, r in res.items() if n != ex)
+
+
+# --------------------------------------------------------------------------------------------
+# hints name only what the data supports
+# --------------------------------------------------------------------------------------------
+def _hint(check, fn):
+    with pytest.raises(AssertionError) as info:
+        check(fn)
+    return str(info.value)
+
+
+def test_hints_do_not_invent_a_constant_factor():
+    import numpy as np
+    # garbage of the right shape: zeros, noise, a sum: never "a constant factor"
+    for fn in (lambda Z, eps: 0.0, lambda Z, eps: float(np.sum(Z)),
+               lambda Z, eps: float(np.random.default_rng(0).standard_normal())):
+        text = _hint(exercises.check_coding_rate, fn)
+        assert "constant factor" not in text and "times the reference" not in text, text
+    assert "all zeros" in _hint(exercises.check_coding_rate_grad, lambda Z, eps: np.zeros_like(Z))
+    text = _hint(exercises.check_coding_rate_grad,
+                 lambda Z, eps: np.random.default_rng(1).standard_normal(Z.shape))
+    assert "barely related" in text and "factor" not in text, text
+
+    def one_over_k(Z, Pi, eps):           # 1/K instead of n_k/n: close to 1, but no factor
+        n, d = Z.shape
+        K = Pi.shape[1]
+        return sum(0.5 / K * np.linalg.slogdet(np.eye(d) + d / (Pi[:, k].sum() * eps**2)
+                                               * Z.T @ (Pi[:, k:k + 1] * Z))[1] for k in range(K))
+    text = _hint(exercises.check_compression, one_over_k)
+    assert "times the reference" not in text, text
+    # a real factor on an array is still named
+    text = _hint(exercises.check_coding_rate_grad, lambda Z, eps: 3.7 * _grad(Z, eps))
+    assert "3.7 times the reference" in text, text
+
+
+def _grad(Z, eps):
+    import numpy as np
+    n, d = Z.shape
+    a = d / (n * eps**2)
+    return a * np.linalg.solve(np.eye(d) + a * Z.T @ Z, Z.T).T

@@ -26,22 +26,44 @@ def kernel_env(monkeypatch):
 
 def test_student_edition_has_no_solutions(tmp_path, capsys):
     assert main(["exercises", "build", "--student", str(tmp_path / "s")]) == 0
-    files = sorted(p.relative_to(tmp_path / "s").as_posix() for p in (tmp_path / "s").rglob("*"))
+    out = tmp_path / "s"
+    files = sorted(p.relative_to(out).as_posix() for p in out.rglob("*") if p.is_file())
     stems = [p.stem for p in nbk.notebooks()]
-    assert files == sorted(["README.md"] + [s + ".md" for s in stems] + [s + ".ipynb" for s in stems])
+    top = sorted(f for f in files if not f.startswith("tostnp/"))
+    assert top == sorted(["README.md", "run.py", "requirements.txt", "pyproject.toml"]
+                         + [f"exercises/{s}.md" for s in stems]
+                         + [f"exercises/{s}.ipynb" for s in stems])
+    assert "tostnp/exercises/grading.py" in files and "tostnp/__main__.py" in files
     for p in nbk.notebooks():                                    # the tracked notebook, unchanged
-        assert (tmp_path / "s" / p.name).read_bytes() == p.read_bytes()
-        ipynb = nbk.read(tmp_path / "s" / (p.stem + ".ipynb"))
+        assert (out / "exercises" / p.name).read_bytes() == p.read_bytes()
+        ipynb = nbk.read(out / "exercises" / (p.stem + ".ipynb"))
         assert [c.source for c in ipynb.cells] == [c.source for c in nbk.read(p).cells]
-    text = " ".join((tmp_path / "s" / f).read_text() for f in files)
-    assert "MUTANTS" not in text and "# %% ex-" not in text
+    text = " ".join((out / f).read_text() for f in top)
+    assert "MUTANTS" not in text and "# %% ex-" not in text and "instructor" not in " ".join(files)
+    readme = (out / "README.md").read_text()
+    assert "python3 run.py exercises start" in readme and "python3 run.py exercises check" in readme
     assert "student edition" in capsys.readouterr().out
+
+
+def test_student_edition_checks_on_its_own(tmp_path):
+    """The student README's check command works in the edition alone (its own tostnp)."""
+    import subprocess
+    assert main(["exercises", "build", "--student", str(tmp_path / "s")]) == 0
+    out = tmp_path / "s"
+    nbk.write(nbk.fill(nbk.read(nbk.EXERCISES / f"{SMALL}.md"), nbk.solution_sections(SMALL)),
+              out / f"{SMALL}.md")
+    env = dict(os.environ, PYTHONPATH=str(out))
+    r = subprocess.run([sys.executable, "-m", "tostnp", "exercises", "check", f"{SMALL}.md"],
+                       cwd=out, env=env, capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "3.00 / 3" in r.stdout
 
 
 def test_instructor_edition_has_solutions_and_hidden_tests(tmp_path):
     assert main(["exercises", "build", "--instructor", str(tmp_path / "i")]) == 0
     out = tmp_path / "i"
-    assert (out / "instructor" / "mutants.py").is_file()
+    assert (out / "exercises" / "instructor" / "mutants" / "02_coding_rate.py").is_file()
+    assert "nbgrader" in (out / "exercises" / "instructor" / "README.md").read_text()
     for p in nbk.notebooks():
         solved = nbk.read(out / "solutions" / p.name)
         cells = nbk.student_cells(solved)
@@ -49,7 +71,7 @@ def test_instructor_edition_has_solutions_and_hidden_tests(tmp_path):
         hidden = [c for c in solved.cells if "hidden-check" in c.metadata.get("tags", [])]
         assert len(hidden) == len(nbk.check_cells(solved))
         assert all("hidden=True" in c.source for c in hidden)
-        assert (out / "instructor" / "solutions" / f"{p.stem}.py").is_file()
+        assert (out / "exercises" / "instructor" / "solutions" / f"{p.stem}.py").is_file()
 
 
 def test_build_refuses_exercises_folder(capsys):
@@ -94,11 +116,13 @@ def test_check_prints_scores(tmp_path, kernel_env, capsys):
 def test_check_rejects_other_files(tmp_path, capsys):
     (tmp_path / "x.md").write_text("# just text\n")
     assert main(["exercises", "check", str(tmp_path / "x.md")]) == 2
-    assert "no check cells" in capsys.readouterr().err
+    assert "not an exercise notebook" in capsys.readouterr().err
     assert main(["exercises", "check", str(tmp_path / "missing.md")]) == 2
 
 
-def test_grade_writes_csv(tmp_path, kernel_env, capsys):
+def test_grade_writes_csv(tmp_path, capsys):
+    """The grade command end to end on two students (the full class is in
+    tests/test_exercises_grading.py)."""
     sub = tmp_path / "subs"
     (sub / "alice").mkdir(parents=True)
     (sub / "bob").mkdir()
@@ -106,18 +130,32 @@ def test_grade_writes_csv(tmp_path, kernel_env, capsys):
     for c in solved.cells:                               # alice also answers the written question
         if c.cell_type == "markdown" and "written" in c.metadata.get("tags", []):
             c.source = "*Your answer:* it still compresses the p kept directions."
-        if "check" in c.metadata.get("tags", []):
-            c.source = "pass  # a student who deleted the check still gets graded"
     nbk.write(solved, sub / "alice" / f"{SMALL}.ipynb")
     (sub / "bob" / f"{SMALL}.md").write_bytes((nbk.EXERCISES / f"{SMALL}.md").read_bytes())
-    assert main(["exercises", "grade", str(sub), "--csv", str(tmp_path / "g.csv")]) == 0
+    assert main(["exercises", "grade", str(sub), "--out", str(tmp_path / "out"),
+                 "--csv", str(tmp_path / "g.csv"), "--jobs", "1"]) == 0
     rows = list(csv.DictReader(open(tmp_path / "g.csv")))
     by = {r["student"]: r for r in rows}
     assert set(by) == {"alice", "bob"}
     names = list(nbk.solution_sections(SMALL))
-    assert list(rows[0])[:2] == ["student", "notebook"] and list(rows[0])[-4:] == [
-        "total", "max_score", "percent", "written_answered"]
-    assert all(float(by["alice"][n]) == 1.0 for n in names) and by["alice"]["percent"] == "100.0"
+    assert list(rows[0])[:3] == ["student", "notebook", "status"] and list(rows[0])[-6:] == [
+        "exercises_total", "written_marked", "written_total", "total", "max_score", "percent"]
+    assert all(float(by["alice"][n]) == 1.0 for n in names)
+    assert float(by["alice"]["exercises_total"]) == 3.0 and by["alice"]["max_score"] == "4.0"
     assert all(float(by["bob"][n]) == 0.0 for n in names) and float(by["bob"]["total"]) == 0.0
-    assert by["alice"]["written_answered"] == "1/1" and by["bob"]["written_answered"] == "0/1"
+    assert by["alice"]["written_marked"] == "0/1" and by["bob"]["written_marked"] == "1/1"
+    assert (tmp_path / "out" / "feedback" / "alice.md").is_file()
     assert "wrote" in capsys.readouterr().out
+
+
+def test_start_prints_the_command_that_works(tmp_path, monkeypatch, capsys):
+    """The check command `start` prints is the one the user can run: through run.py when run.py
+    started us (it sets TOSTNP_PROG), else this interpreter with -m tostnp."""
+    monkeypatch.delenv("TOSTNP_PROG", raising=False)
+    assert main(["exercises", "start", "--no-lab", "--dir", str(tmp_path / "a")]) == 0
+    line = next(ln for ln in capsys.readouterr().out.splitlines() if "check one with" in ln)
+    assert f"{sys.executable} -m tostnp exercises check " in line
+    monkeypatch.setenv("TOSTNP_PROG", "python3 run.py")
+    assert main(["exercises", "start", "--no-lab", "--dir", str(tmp_path / "b")]) == 0
+    line = next(ln for ln in capsys.readouterr().out.splitlines() if "check one with" in ln)
+    assert "check one with:  python3 run.py exercises check " in line

@@ -5,19 +5,21 @@ or instructor edition, grade many submissions.
   python -m tostnp exercises check my-exercises/02_coding_rate.md   # run it, print the score per exercise
   python -m tostnp exercises build --student OUT         # notebooks (.md and .ipynb), no solutions
   python -m tostnp exercises build --instructor OUT      # + solved notebooks with hidden tests, planted bugs
-  python -m tostnp exercises grade SUBMISSIONS [--csv grades.csv]
+  python -m tostnp exercises grade SUBMISSIONS [--out DIR] [--roster roster.csv]
 
 ``start`` never overwrites a notebook already in my-exercises/ (git ignores that folder, so the
 tracked notebooks never change); it opens .md notebooks as notebooks (jupytext) and pairs each
-with an .ipynb that keeps your outputs. ``grade`` takes the student cells of each submission
-(SUBMISSIONS/<student>/NN_name.md or .ipynb), runs them in the official notebook with the hidden
-edge-case tests, and writes one CSV row per student and notebook.
+with an .ipynb that keeps your outputs. ``check`` and ``grade`` follow one set of rules
+(:mod:`tostnp.exercises.grading`): the notebook's code cells run in a separate, time- and
+memory-limited process that cannot reach the references, the solutions or the code under study;
+the checks run outside it. ``grade`` adds the hidden edge-case tests and inputs drawn at grading
+time, grades two submissions at a time, and writes grades, feedback pages, the written answers
+for manual marking and gradebook files for Canvas and Moodle.
 """
 from __future__ import annotations
 
 import argparse
 import csv
-import io
 import json
 import os
 import re
@@ -28,6 +30,7 @@ from pathlib import Path
 
 from ..exercises import notebook as nbk
 from ..io.atomic import atomic_write_text
+from .options import bounded, prog
 
 MY_DIR = nbk.ROOT / "my-exercises"
 # .md notebooks open as notebooks in JupyterLab (the jupytext viewer), read from a config dir
@@ -42,23 +45,40 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     sub = p.add_subparsers(dest="action", metavar="action")
     sub.required = True
     s = sub.add_parser("start", help="copy the notebooks to my-exercises/ and start JupyterLab")
-    s.add_argument("--dir", default=str(MY_DIR), help="your working folder (default: %(default)s)")
+    s.add_argument("--dir", default=str(MY_DIR), help=f"your working folder [{MY_DIR.name}]")
     s.add_argument("--no-lab", action="store_true", help="only copy and configure; do not start")
     s.add_argument("lab_args", nargs=argparse.REMAINDER,
                    help="passed to jupyter lab (e.g. -- --no-browser --port 8890)")
     c = sub.add_parser("check", help="execute notebooks and print the score of each exercise")
     c.add_argument("notebooks", nargs="+", help="notebook files (.md or .ipynb)")
     c.add_argument("--hidden", action="store_true", help="add the hidden edge-case tests")
-    c.add_argument("--timeout", type=int, default=600, help="seconds per cell (%(default)s)")
+    _limits_arguments(c)
     b = sub.add_parser("build", help="write the student or the instructor edition")
     g = b.add_mutually_exclusive_group(required=True)
-    g.add_argument("--student", metavar="OUT", help="notebooks only, no solutions")
+    g.add_argument("--student", metavar="OUT", help="notebooks and the package, no solutions")
     g.add_argument("--instructor", metavar="OUT", help="also solved notebooks, hidden tests, bugs")
-    r = sub.add_parser("grade", help="grade submitted notebooks; write a CSV of scores")
+    r = sub.add_parser("grade", help="grade submitted notebooks: grades, feedback, exports")
     r.add_argument("submissions", help="folder: <student>/NN_name.md|.ipynb (or files directly)")
-    r.add_argument("--csv", default=None, help="output CSV (default: SUBMISSIONS/grades.csv)")
+    r.add_argument("--out", default=None,
+                   help="output folder (default: SUBMISSIONS-graded next to SUBMISSIONS)")
+    r.add_argument("--csv", default=None, help="the grades CSV (default: OUT/grades.csv)")
+    r.add_argument("--roster", default=None,
+                   help="CSV with a 'student' column: every student gets a row, submitted or not")
+    r.add_argument("--jobs", type=bounded(int, 1, 64), default=2,
+                   help="submissions graded at once [2]")
+    r.add_argument("--regrade", action="store_true",
+                   help="grade again what is already graded (new inputs drawn)")
     r.add_argument("--no-hidden", action="store_true", help="only the tests students see")
-    r.add_argument("--timeout", type=int, default=600, help="seconds per cell (%(default)s)")
+    _limits_arguments(r)
+
+
+def _limits_arguments(p) -> None:
+    p.add_argument("--timeout", type=bounded(float, 0, 86400, open_lo=True), default=60.0,
+                   help="seconds for one cell or one checked call [60]")
+    p.add_argument("--notebook-timeout", type=bounded(float, 0, 86400, open_lo=True), default=600.0,
+                   help="seconds for a whole notebook [600]")
+    p.add_argument("--memory-mb", type=bounded(int, 256, 1 << 20), default=2048,
+                   help="address-space cap of the process running the notebook [2048]")
 
 
 def _fail(msg: str) -> int:
@@ -126,7 +146,7 @@ def _start(args) -> int:
     copied, kept = prepare_workdir(workdir)
     print(f"{workdir}: copied {len(copied)} notebook(s)"
           + (f", kept your {len(kept)} existing one(s)" if kept else ""))
-    print("check one with:  python -m tostnp exercises check "
+    print(f"check one with:  {prog()} exercises check "
           f"{os.path.relpath(workdir / (copied or kept or ['NN_name.md'])[0])}")
     if args.no_lab:
         return 0
@@ -152,7 +172,7 @@ def _report(path, results, out=None) -> tuple[float, float]:
     for name, r in results.items():
         total += r["score"]
         maxi += r["points"]
-        mark = "PASS" if r["score"] == r["points"] else (r["hint"].splitlines()[0][:110]
+        mark = "PASS" if r["score"] == r["points"] else (r["hint"].splitlines()[0][:160]
                                                         if r["hint"] else "")
         print(f"  {name:<{width}}  {r['score']:5.2f} / {r['points']:g}  {mark}", file=out)
     print(f"  {'total':<{width}}  {total:5.2f} / {maxi:g}", file=out)
@@ -160,28 +180,32 @@ def _report(path, results, out=None) -> tuple[float, float]:
 
 
 def _check(args) -> int:
-    err = _require("jupytext", "nbclient")
+    err = _require("jupytext", "nbformat")
     if err:
         return _fail(err)
+    from ..exercises import grading
     full = True
     for f in args.notebooks:
         path = Path(f)
         if not path.is_file():
             return _fail(f"no such notebook: {f}")
+        stem = grading.notebook_stem(path)
+        if stem is None:
+            return _fail(f"{f} is not an exercise notebook: its name must end with one of "
+                         f"{', '.join(p.stem for p in nbk.notebooks())}")
         try:
             nb = nbk.read(path)
         except Exception as e:
             return _fail(f"cannot read {f} as a notebook: {e}")
-        if not nbk.exercises_of(nb):
-            return _fail(f"{f} has no check cells (cells tagged 'check'): is it an exercise notebook?")
         print(f"running {f} ...", flush=True)
-        nb, results = nbk.execute(nb, path.parent.resolve(), hidden=args.hidden,
-                                  timeout=args.timeout)
-        total, maxi = _report(f, results)
-        other = [e for e in nbk.errors(nb) if "check" not in e[1]]
-        for i, _, ename, evalue in other:
-            print(f"  note: cell {i} (not a check) raised {ename}: {evalue[:200]}")
-        full = full and total == maxi and not other
+        res = grading.run_submission(
+            nb, stem, hidden=args.hidden, cell_timeout=args.timeout,
+            notebook_timeout=args.notebook_timeout, memory_mb=args.memory_mb,
+            protected=[nbk.INSTRUCTOR, nbk.ROOT / "tostnp", nbk.ROOT / ".git"])
+        total, maxi = _report(f, res["exercises"])
+        for note in res["notes"]:
+            print(f"  note: {note}")
+        full = full and total == maxi
     return 0 if full else 1
 
 
@@ -212,16 +236,36 @@ def solved_notebook(path: Path):
     return nb
 
 
+# what an edition holds besides the notebooks: enough to start, check (and grade) with it alone
+_EDITION_FILES = ["run.py", "requirements.txt", "pyproject.toml"]
+
+
 def build(out: Path, instructor: bool) -> list[Path]:
-    """Write an edition into ``out``; returns the files written."""
+    """Write an edition into ``out``; returns the files written.
+
+    Both editions: README.md (the student guide, exercises/STUDENT.md), exercises/NN_name.md and
+    .ipynb, the tostnp package (the checkers run on it), run.py, requirements.txt and
+    pyproject.toml, so that ``python3 run.py exercises start`` and ``... check`` work in the
+    edition alone. The instructor edition adds exercises/instructor/ (the solutions, the planted
+    bugs, the instructor guide) and solutions/ (solved notebooks with the hidden tests)."""
     out.mkdir(parents=True, exist_ok=True)
     written = []
+    ex = out / "exercises"
+    ex.mkdir(exist_ok=True)
     for src in nbk.notebooks():
-        shutil.copyfile(src, out / src.name)                     # the .md as it is
-        nbk.write(nbk.read(src), out / (src.stem + ".ipynb"))    # and for download
-        written += [out / src.name, out / (src.stem + ".ipynb")]
-    shutil.copyfile(nbk.EXERCISES / "README.md", out / "README.md")
+        shutil.copyfile(src, ex / src.name)                      # the .md as it is
+        nbk.write(nbk.read(src), ex / (src.stem + ".ipynb"))     # and for download
+        written += [ex / src.name, ex / (src.stem + ".ipynb")]
+    shutil.copyfile(nbk.EXERCISES / "STUDENT.md", out / "README.md")
     written.append(out / "README.md")
+    for name in _EDITION_FILES:
+        shutil.copyfile(nbk.ROOT / name, out / name)
+        written.append(out / name)
+    pkg = out / "tostnp"
+    if pkg.exists():
+        shutil.rmtree(pkg)
+    shutil.copytree(nbk.ROOT / "tostnp", pkg, ignore=shutil.ignore_patterns("__pycache__"))
+    written += sorted(p for p in pkg.rglob("*") if p.is_file())
     if instructor:
         sol = out / "solutions"
         sol.mkdir(exist_ok=True)
@@ -230,7 +274,7 @@ def build(out: Path, instructor: bool) -> list[Path]:
             for suffix in (".md", ".ipynb"):
                 nbk.write(nb, sol / (src.stem + suffix))
                 written.append(sol / (src.stem + suffix))
-        dst = out / "instructor"
+        dst = ex / "instructor"
         if dst.exists():
             shutil.rmtree(dst)
         shutil.copytree(nbk.INSTRUCTOR, dst, ignore=shutil.ignore_patterns("__pycache__"))
@@ -245,97 +289,54 @@ def _build(args) -> int:
     out = Path(args.instructor or args.student).resolve()
     if out == nbk.EXERCISES.resolve() or nbk.EXERCISES.resolve() in out.parents:
         return _fail("OUT must be outside exercises/")
+    if (out / ".git").exists() or out == nbk.ROOT.resolve():
+        return _fail("OUT must be a new folder, not a clone of the repository")
     files = build(out, instructor=bool(args.instructor))
     kind = "instructor" if args.instructor else "student"
-    print(f"{kind} edition: {len(files)} files in {out}")
+    print(f"{kind} edition: {len(files)} files in {out}; "
+          f"its README.md says how to start and check (cd {os.path.relpath(out)} && "
+          "python3 run.py exercises start)")
     return 0
 
 
 # --------------------------------------------------------------------------------------------
 # grade
 # --------------------------------------------------------------------------------------------
-def find_submissions(folder: Path) -> list[tuple[str, Path]]:
-    """(student, file) pairs: SUBMISSIONS/<student>/NN_name.(md|ipynb), or files directly in
-    SUBMISSIONS (student = the file name). An .md wins over its paired .ipynb."""
-    official = {p.stem for p in nbk.notebooks()}
-    found: dict[tuple[str, str], Path] = {}
-    for p in sorted(folder.rglob("*")):
-        if p.suffix not in (".md", ".ipynb") or ".ipynb_checkpoints" in p.parts:
-            continue
-        stem = re.sub(r"^.*?(\d\d_[A-Za-z0-9_]+)$", r"\1", p.stem)
-        if stem not in official:
-            continue
-        rel = p.parent.relative_to(folder)
-        student = str(rel) if str(rel) != "." else p.stem
-        key = (student, stem)
-        if key not in found or p.suffix == ".md":
-            found[key] = p
-    return [(s, found[(s, stem)]) for s, stem in sorted(found)]
-
-
-def grade_one(path: Path, hidden: bool = True, timeout: int = 600):
-    """Run the student cells of ``path`` inside the official notebook; returns (stem, results,
-    written answers filled in, written questions)."""
-    stem = re.sub(r"^.*?(\d\d_[A-Za-z0-9_]+)$", r"\1", path.stem)
-    sub = nbk.read(path)
-    official = nbk.read(nbk.EXERCISES / f"{stem}.md")
-    mine = {}
-    for c in sub.cells:
-        tags = c.get("metadata", {}).get("tags", [])
-        names = [t[3:] for t in tags if t.startswith("ex-")]
-        if c.cell_type == "code" and "student" in tags and len(names) == 1:
-            mine[names[0]] = c.source
-    mine = {k: v for k, v in mine.items() if k in nbk.student_cells(official)}
-    nbk.fill(official, mine)
-    nb, results = nbk.execute(official, path.parent.resolve(), hidden=hidden, timeout=timeout)
-    blank = {s.strip() for s in nbk.written_answers(nbk.read(nbk.EXERCISES / f"{stem}.md"))}
-    answers = nbk.written_answers(sub)
-    filled = sum(1 for a in answers if a.strip() and a.strip() not in blank)
-    return stem, results, filled, len(nbk.written_answers(official))
-
-
-def grade(folder: Path, out_csv: Path, hidden: bool = True, timeout: int = 600) -> list[dict]:
-    rows = []
-    for student, path in find_submissions(folder):
-        print(f"grading {student}: {path.name} ...", flush=True)
-        stem, results, filled, n_written = grade_one(path, hidden, timeout)
-        total = sum(r["score"] for r in results.values())
-        maxi = sum(r["points"] for r in results.values())
-        row = {"student": student, "notebook": stem}
-        row.update({name: round(r["score"], 4) for name, r in results.items()})
-        row.update({"total": round(total, 4), "max_score": maxi,
-                    "percent": round(100 * total / maxi, 1) if maxi else 0.0,
-                    "written_answered": f"{filled}/{n_written}"})
-        rows.append(row)
-    fields = ["student", "notebook"]
-    for r in rows:
-        fields += [k for k in r if k not in fields and k not in
-                   ("total", "max_score", "percent", "written_answered")]
-    fields += ["total", "max_score", "percent", "written_answered"]
-    buf = io.StringIO()
-    w = csv.DictWriter(buf, fieldnames=fields, restval="", lineterminator="\n")
-    w.writeheader()
-    w.writerows(rows)
-    out_csv.parent.mkdir(parents=True, exist_ok=True)
-    atomic_write_text(out_csv, buf.getvalue())
-    return rows
-
-
 def _grade(args) -> int:
-    err = _require("jupytext", "nbclient")
+    err = _require("jupytext", "nbformat")
     if err:
         return _fail(err)
+    from ..exercises import grading
     folder = Path(args.submissions)
     if not folder.is_dir():
         return _fail(f"submissions must be a folder, got {args.submissions!r}")
-    if not find_submissions(folder):
+    if not grading.find_submissions(folder):
         return _fail(f"no exercise notebooks (NN_name.md or .ipynb) under {folder}")
-    out = Path(args.csv) if args.csv else folder / "grades.csv"
-    rows = grade(folder, out, hidden=not args.no_hidden, timeout=args.timeout)
-    for r in rows:
+    out = Path(args.out) if args.out else folder.resolve().parent / f"{folder.resolve().name}-graded"
+    if out.resolve() == folder.resolve() or folder.resolve() in out.resolve().parents:
+        return _fail("--out must be outside the submissions folder")
+    roster = Path(args.roster) if args.roster else None
+    if roster is not None:
+        if not roster.is_file():
+            return _fail(f"no such roster: {args.roster}")
+        try:
+            grading.read_roster(roster)
+        except (ValueError, csv.Error) as e:
+            return _fail(str(e))
+    try:
+        rep = grading.grade_class(folder, out, hidden=not args.no_hidden, jobs=args.jobs,
+                                  cell_timeout=args.timeout,
+                                  notebook_timeout=args.notebook_timeout,
+                                  memory_mb=args.memory_mb, roster=roster, regrade=args.regrade,
+                                  csv_path=Path(args.csv) if args.csv else None)
+    except ValueError as e:                          # a written mark that is not a mark
+        return _fail(str(e))
+    for r in rep["rows"]:
         print(f"  {r['student']:<20} {r['notebook']:<22} {r['total']:6.2f} / {r['max_score']:g}"
-              f"  written answers {r['written_answered']}")
-    print(f"wrote {out} ({len(rows)} rows)")
+              f"  {r['status']}, written answers marked {r['written_marked']}")
+    print(f"wrote {rep['csv']} ({len(rep['rows'])} rows), feedback pages in {out / 'feedback'}, "
+          f"written answers to mark in {out / 'written'}, {out / 'canvas.csv'} and "
+          f"{out / 'moodle.csv'}")
     return 0
 
 

@@ -5,12 +5,17 @@ A checker is a list of cases. Each case calls the student's function on one inpu
 the result with an independent reference (loops, eigenvalues, autograd, finite differences,
 written in :mod:`tostnp.exercises._reference`, never the ``tostnp`` function under study).
 The score of an exercise is ``points * (cases passed) / (cases run)``; a failing exercise raises
-``AssertionError`` with the hint of its first failing case, after recording its score.
+``AssertionError`` with the hint of its first failing case, after recording its score. A case
+that finds a broken rule (:class:`RuleBroken`), delegation, an unwritten function or a process
+that ran out of time (:class:`Aborted`) scores the exercise 0 at once.
 
-Scores go to stdout and, when the environment variable ``TOSTNP_EXERCISE_RESULTS`` names a
-file, one JSON line per exercise is appended to it (``python -m tostnp exercises check`` and
-``grade`` read them). ``TOSTNP_EXERCISE_HIDDEN=1`` adds the edge cases the notebooks do not
-show (the instructor edition and the grade command set it).
+Two ways to run. In a notebook kernel (the student's check cell): the student's function is
+called in-process, delegation is caught by a profiler, scores go to stdout and, when the
+environment variable ``TOSTNP_EXERCISE_RESULTS`` names a file, one JSON line per exercise is
+appended to it; ``TOSTNP_EXERCISE_HIDDEN=1`` adds the hidden edge cases. In the grading
+process (:mod:`tostnp.exercises.grading`): the student's function is a remote name in a child
+process (:func:`call_student` and :func:`measure` call it there), the inputs are drawn with a
+salt set at grading time (:func:`rng`) and the records go to the grader (:data:`GRADING`).
 """
 from __future__ import annotations
 
@@ -37,6 +42,68 @@ class Delegated(AssertionError):
 
 class NotWritten(AssertionError):
     """The student's function still raises NotImplementedError."""
+
+
+class RuleBroken(AssertionError):
+    """The answer breaks a rule the exercise states (a complexity, no T x T array...): the
+    exercise scores 0 at once, whatever its other cases give."""
+
+
+class Aborted(AssertionError):
+    """The student's code ran out of time or memory, or killed its process: the exercise
+    scores 0 at once (grading only; the reason is the message)."""
+
+
+# --------------------------------------------------------------------------------------------
+# the grading context: set only in the grading process (tostnp.exercises.grading)
+# --------------------------------------------------------------------------------------------
+class _Grading:
+    salt: int | None = None          # mixed into every checker's seed: inputs drawn at grading time
+    sink = None                      # callable(record dict): where scores go instead of the file
+
+
+GRADING = _Grading()
+
+
+def rng(seed: int):
+    """The generator of a checker: ``default_rng(seed)`` when a student checks (the inputs of
+    the notebook's checks are reproducible), salted with a number drawn at grading time when
+    grading (so a table of answers to the visible inputs is worth nothing)."""
+    if GRADING.salt is None:
+        return np.random.default_rng(seed)
+    return np.random.default_rng([seed, GRADING.salt])
+
+
+class FigureData:
+    """A figure returned by the grading child: the images of its axes, as (array, (vmin, vmax))."""
+
+    def __init__(self, images):
+        self.images = list(images)
+
+
+class OnDevice:
+    """An argument the grading child turns into an ``array_api_strict`` array on its second
+    device before calling the student's function."""
+
+    def __init__(self, array):
+        self.array = np.asarray(array)
+
+
+class XpResult:
+    """An ``array_api_strict`` result read back by the grading child: host copy and device name."""
+
+    def __init__(self, host, device: str):
+        self.host, self.device = host, device
+
+
+class Opaque:
+    """A value the grading child could not send as data (an object, a function...)."""
+
+    def __init__(self, what: str):
+        self.what = what
+
+    def __repr__(self):
+        return self.what
 
 
 # --------------------------------------------------------------------------------------------
@@ -100,8 +167,22 @@ def forbid(*modules: str):
                         "(or autograd, where the point is to derive the gradient)")
 
 
+def _shapes(args) -> str:
+    return ", ".join(f"{tuple(a.shape)}" for a in args if hasattr(a, "shape"))
+
+
 def call_student(fn, *args, forbidden=(), what="your function"):
-    """Call the student's function; turn its crashes into hints, and catch delegation."""
+    """Call the student's function; turn its crashes into hints, and catch delegation.
+
+    ``fn`` may be a remote function of the grading child (:class:`tostnp.exercises.grading.Remote`):
+    then it runs there, in a process without the code under study, and its arguments are
+    written back (a function that modifies its inputs is seen doing so)."""
+    remote_call = getattr(fn, "remote_call", None)
+    if remote_call is not None:
+        out = remote_call(args, what=what, writeback=True)["result"]
+        if isinstance(out, Opaque):
+            raise Fail(f"{what} returned {out.what}, not numbers")
+        return out
     try:
         with forbid(*forbidden):
             return fn(*args)
@@ -112,9 +193,77 @@ def call_student(fn, *args, forbidden=(), what="your function"):
     except AssertionError as e:
         raise Fail(f"{what} raised AssertionError: {e}") from None
     except Exception as e:                  # a shape slip surfaces as ValueError/IndexError
-        shapes = ", ".join(f"{tuple(a.shape)}" for a in args if hasattr(a, "shape"))
-        raise Fail(f"{what} raised {type(e).__name__}: {e} (called with arrays of shapes "
-                   f"{shapes}). Check the shapes you assume") from None
+        raise student_error(what, type(e).__name__, str(e), args) from None
+
+
+def student_error(what: str, ename: str, message: str, args=()) -> AssertionError:
+    """The hint for a student function that raised ``ename`` (in this process or the child)."""
+    if ename == "NotImplementedError":
+        return NotWritten(f"{what} is not written yet (it raises NotImplementedError: {message})")
+    if ename == "AssertionError":
+        return Fail(f"{what} raised AssertionError: {message}")
+    if ename == "MemoryError":
+        return Fail(f"{what} ran out of memory (MemoryError): does it build an array much larger "
+                    "than its inputs?")
+    if ename in ("ImportError", "ModuleNotFoundError", "PermissionError"):
+        return Fail(f"{what} raised {ename}: {message}")
+    return Fail(f"{what} raised {ename}: {message} (called with arrays of shapes "
+                f"{_shapes(args)}). Check the shapes you assume")
+
+
+def cpu_clock():
+    """``time.thread_time`` where the platform has it (a browser's Pyodide may not), else
+    ``time.perf_counter``."""
+    import time
+    try:
+        time.thread_time()
+        return time.thread_time
+    except (AttributeError, OSError):
+        return time.perf_counter
+
+
+def one_blas_thread():
+    """A context with BLAS on one thread (threadpoolctl), or nothing where it is unavailable."""
+    import contextlib
+    try:
+        from threadpoolctl import threadpool_limits
+        return threadpool_limits(limits=1)
+    except Exception:                       # noqa: BLE001  no threadpoolctl, no BLAS to find
+        return contextlib.nullcontext()
+
+
+def measure(fn, *args, repeats: int = 1, trace_memory: bool = False, what="your function"):
+    """Call ``fn`` ``repeats`` times; returns (result, best seconds, peak traced bytes, best
+    wall-clock seconds).
+
+    The seconds are CPU seconds of the calling thread (``time.thread_time``; run BLAS on one
+    thread), which other processes on a loaded machine barely disturb, unlike wall-clock time.
+    Measured where the function runs (in the grading child, with a clock and tracemalloc taken
+    before student code runs); a crash becomes a hint as in :func:`call_student`."""
+    remote_call = getattr(fn, "remote_call", None)
+    if remote_call is not None:
+        r = remote_call(args, what=what, repeats=repeats, trace_memory=trace_memory)
+        if r.get("trace_stopped"):
+            raise Fail(f"{what} stopped tracemalloc: the memory check cannot run")
+        return r["result"], float(r["seconds"]), int(r["peak"]), float(r["wall"])
+    import time
+    import tracemalloc
+    best, wall, peak, out = math.inf, math.inf, 0, None
+    clock = cpu_clock()
+    for _ in range(max(1, repeats)):
+        if trace_memory:
+            tracemalloc.start()
+            tracemalloc.reset_peak()
+        try:
+            t0, w0 = clock(), time.perf_counter()
+            out = call_student(fn, *args, what=what)
+            best = min(best, clock() - t0)
+            wall = min(wall, time.perf_counter() - w0)
+        finally:
+            if trace_memory:
+                peak = max(peak, tracemalloc.get_traced_memory()[1])
+                tracemalloc.stop()
+    return out, best, peak, wall
 
 
 # --------------------------------------------------------------------------------------------
@@ -154,12 +303,24 @@ def ratio_hint(r: float, factors: dict | None = None) -> str | None:
     return None
 
 
+# a gradient derived by hand agrees with autograd to ~1e-13 in float64; centred finite
+# differences cannot get below ~1e-10 (and far worse on the large-entry cases the derivation
+# checks add), so a derivation check with this tolerance rejects them
+DERIVED_RTOL = 1e-11
+_DERIVED_HINT = ("a gradient derived by hand agrees with autograd to about 1e-13 in float64; "
+                 "this is the accuracy of finite differences (or of float32): write the "
+                 "derivative out, in float64")
+
+
 def compare(got, want, what: str, *, rtol: float = 1e-8, factors: dict | None = None,
             diagnoses=(), shape_desc: str = "", need_float64: bool = True,
-            floor: float = 1e-12) -> None:
+            floor: float = 1e-12, derived: bool = False) -> None:
     """Raise :class:`Fail` with a hint unless ``got`` matches ``want`` (relative error < rtol,
     relative to max(max |want|, floor)). ``diagnoses`` is a sequence of (hint, thunk): a thunk returns the
-    value a known mistake gives; if ``got`` matches it, that hint is used."""
+    value a known mistake gives; if ``got`` matches it, that hint is used. ``derived``: a
+    derivation exercise, compared at :data:`DERIVED_RTOL` (finite differences do not pass)."""
+    if derived:
+        rtol = min(rtol, DERIVED_RTOL)
     if got is None:
         raise Fail(f"{what}: your function returned None (did you forget `return`?)")
     want = np.asarray(want)
@@ -205,18 +366,29 @@ def compare(got, want, what: str, *, rtol: float = 1e-8, factors: dict | None = 
             continue
         if bad.shape == g.shape and np.max(np.abs(g - bad)) <= 1e-6 * scale:
             raise Fail(f"{what}: {hint}")
+    if np.all(g == 0) and np.any(want != 0):
+        raise Fail(f"{what}: your result is all zeros (relative error {err:.1e})")
     ww = float(np.sum(want * want))
     if ww > 0:
+        # a constant factor is named only when the data supports it: for a single number any
+        # value is "a factor times" the reference, so only the factors a slip gives (1/2, ln 2,
+        # the case's sizes) are named; for an array, the result must be the reference times r
+        # entry by entry, and the reference must not be constant
         r = float(np.sum(g * want)) / ww
         resid = float(np.max(np.abs(g - r * want))) / scale
-        if resid <= 1e-6 and not _close(r, 1.0, 1e-5):
-            text = ratio_hint(r, factors) or f"it is {r:.4g} times the reference: a constant " \
-                                               "factor is wrong"
-            raise Fail(f"{what}: {text}")
+        named = ratio_hint(r, factors) if resid <= 1e-6 else None
+        if named and not _close(r, 1.0, 1e-5):
+            raise Fail(f"{what}: {named}")
+        varied = want.size >= 2 and float(np.ptp(want)) > 1e-9 * scale
+        if varied and resid <= 1e-6 and abs(r) > 1e-9 and not _close(r, 1.0, 1e-5):
+            raise Fail(f"{what}: it is {r:.4g} times the reference, entry by entry: a constant "
+                       "factor is wrong")
     if g.ndim >= 2 and g.shape[-1] == g.shape[-2]:
         wT = np.swapaxes(want, -1, -2)
         if np.max(np.abs(g - wT)) <= 1e-6 * scale:
             raise Fail(f"{what}: it is the transpose of the reference (rows and columns swapped)")
+    if derived and err < 1e-3:
+        raise Fail(f"{what}: agrees only to a relative error of {err:.1e}: {_DERIVED_HINT}")
     if 1e-9 < err < 1e-4:
         raise Fail(f"{what}: agrees only to a relative error of {err:.1e}, the precision of "
                    "float32 (or a wrong small constant such as a clamp); compute everything in "
@@ -225,6 +397,11 @@ def compare(got, want, what: str, *, rtol: float = 1e-8, factors: dict | None = 
     if g.ndim >= 1:
         idx = np.unravel_index(int(np.argmax(np.abs(g - want))), g.shape)
         where = f", largest at index {tuple(int(i) for i in idx)}"
+    if g.size >= 3 and float(np.ptp(want)) > 0 and float(np.ptp(g)) > 0:
+        c = float(np.corrcoef(g.ravel(), want.ravel())[0, 1])
+        if abs(c) < 0.5:
+            where += (f"; your result is barely related to the reference (correlation {c:.2f}): "
+                      "not one slip but a different computation")
     raise Fail(f"{what}: relative error {err:.1e}{where}")
 
 
@@ -238,6 +415,10 @@ def hidden_enabled(hidden) -> bool:
 
 
 def _record(name: str, score: float, points: float, passed: int, total: int, hint: str) -> None:
+    if GRADING.sink is not None:
+        GRADING.sink({"exercise": name, "score": round(score, 6), "points": points,
+                      "passed": passed, "cases": total, "hint": hint})
+        return
     path = os.environ.get(RESULTS_ENV)
     if not path:
         return
@@ -257,7 +438,7 @@ def run_cases(name: str, cases, *, points: float = 1.0) -> float:
         try:
             thunk()
             passed += 1
-        except (Delegated, NotWritten) as e:
+        except (Delegated, NotWritten, Aborted, RuleBroken) as e:
             _record(name, 0.0, points, 0, len(cases), str(e))
             print(f"SCORE {name}: 0/{points:g}")
             raise type(e)(f"{name}: {e}") from None

@@ -91,6 +91,18 @@ def solution_sections(stem: str, folder: Path = SOLUTIONS) -> dict[str, str]:
     return {parts[i]: parts[i + 1].strip() + "\n" for i in range(1, len(parts), 2)}
 
 
+def mutants(folder: Path = INSTRUCTOR / "mutants") -> dict[str, list]:
+    """{exercise name: [(label, source, hint), ...]} from every ``<folder>/NN_name.py``."""
+    import importlib.util
+    out: dict[str, list] = {}
+    for f in sorted(Path(folder).glob("[0-9][0-9]_*.py")):
+        spec = importlib.util.spec_from_file_location(f"_tostnp_mutants_{f.stem}", f)
+        mod = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(mod)
+        out.update(mod.MUTANTS)
+    return out
+
+
 def fill(nb, sections: dict[str, str]):
     """Put ``sections[name]`` into the student cell of each exercise named there (in place)."""
     cells = student_cells(nb)

@@ -27,7 +27,7 @@ from threadpoolctl import threadpool_limits
 from tostnp.backend import RNG
 from tostnp.data import load_digits_split
 from tostnp.models import vision_init, vision_loss_and_grads
-from tostnp.exercises.images import digits_config
+from tostnp.exercises import digits_config
 
 
 def train_digits_mine(steps, seed):

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import numpy as np
 
+from ._core import FigureData
 from ._core import Fail, call_student, case, compare, hidden_enabled, run_cases
+from ._core import rng as _rng
 
 _FORBID = ("tostnp.nn.layers", "tostnp.train.optim")
 TARGET_ACCURACY = 0.85
@@ -13,7 +15,7 @@ TARGET_ACCURACY = 0.85
 def check_patchify(fn, hidden=None):
     """fn(images (B, H, W, Cin), P) -> (B, N, P*P*Cin): patches on a row-major grid, each
     flattened in (row, column, channel) order."""
-    rng = np.random.default_rng(71)
+    rng = _rng(71)
     specs = [(2, 4, 4, 1, 2), (1, 6, 4, 3, 2), (3, 8, 8, 2, 4), (1, 3, 3, 1, 1)]
     if hidden_enabled(hidden):
         specs += [(1, 6, 9, 1, 3)]
@@ -47,7 +49,7 @@ def check_patchify(fn, hidden=None):
 def check_adam_step(fn, hidden=None):
     """fn(p, g, m, v, t, lr, beta1, beta2, eps) -> (p, m, v): one Adam step (t counts from 1,
     bias-corrected moments, no weight decay). Inputs are not modified."""
-    rng = np.random.default_rng(72)
+    rng = _rng(72)
     specs = [((5,), 1), ((3, 4), 2), ((2,), 10), ((4, 1), 1000)]
     if hidden_enabled(hidden):
         specs += [((), 3)]
@@ -128,9 +130,21 @@ def _init_params():
     return vision_init(digits_config(), RNG(0), xp, dtype=xp.float32)
 
 
-def _images(fig):
-    ims = [im for ax in fig.axes for im in ax.get_images()]
-    return ims
+def _figure_images(fig, h):
+    """[(pixels, (vmin, vmax))] of the figure's images: a matplotlib Figure (checked in the
+    notebook) or the FigureData the grading child reads from it."""
+    from matplotlib.figure import Figure
+    if isinstance(fig, FigureData):
+        ims = fig.images
+    elif isinstance(fig, Figure):
+        ims = [(np.asarray(im.get_array(), dtype=float), im.get_clim())
+               for ax in fig.axes for im in ax.get_images()]
+    else:
+        raise Fail(f"return the matplotlib Figure (got {type(fig).__name__})")
+    if len(ims) != h:
+        raise Fail(f"the figure shows {len(ims)} image(s); one per head ({h}) "
+                   "is expected (imshow in one panel per head)")
+    return [(np.asarray(a, dtype=float), (float(lo), float(hi))) for a, (lo, hi) in ims]
 
 
 def check_membership_maps(fn, hidden=None):
@@ -138,7 +152,7 @@ def check_membership_maps(fn, hidden=None):
     grid x grid patch layout (row-major), all on one colour scale from 0 to 1."""
     import matplotlib.pyplot as plt
     from matplotlib.figure import Figure
-    rng = np.random.default_rng(74)
+    rng = _rng(74)
     specs = [(4, 4), (2, 3), (3, 5)]
     if hidden_enabled(hidden):
         specs += [(1, 2)]
@@ -148,20 +162,12 @@ def check_membership_maps(fn, hidden=None):
             Pi = rng.dirichlet(np.ones(h), size=grid * grid).T            # (h, N)
             fig = call_student(fn, Pi.copy(), grid, what="membership_maps")
             try:
-                if not isinstance(fig, Figure):
-                    raise Fail(f"return the matplotlib Figure (got {type(fig).__name__})")
-                ims = _images(fig)
-                if len(ims) != h:
-                    raise Fail(f"the figure shows {len(ims)} image(s); one per head ({h}) "
-                               "is expected (imshow in one panel per head)")
-                for k, im in enumerate(ims):
-                    arr = np.asarray(im.get_array(), dtype=float)
+                for k, (arr, (lo, hi)) in enumerate(_figure_images(fig, h)):
                     compare(arr, Pi[k].reshape(grid, grid), f"the image of head {k} ({h} heads, "
                             f"{grid}x{grid} grid)", shape_desc="(grid, grid)", rtol=1e-12,
                             need_float64=False,
                             diagnoses=[("patches are laid out row by row: reshape in C order",
                                         lambda k=k: Pi[k].reshape(grid, grid, order="F"))])
-                    lo, hi = im.get_clim()
                     if (lo, hi) != (0.0, 1.0):
                         raise Fail(f"head {k}'s colour scale runs from {lo:.3g} to {hi:.3g}: "
                                    "memberships are probabilities, so share one scale from 0 "

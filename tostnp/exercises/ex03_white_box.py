@@ -5,6 +5,7 @@ from __future__ import annotations
 import numpy as np
 
 from ._core import Fail, call_student, case, compare, hidden_enabled, run_cases
+from ._core import rng as _rng
 
 _FORBID = ("tostnp.nn", "tostnp.math.variational")
 
@@ -28,7 +29,7 @@ def _mssa_loop(Z, U, beta):
 
 def check_mssa(fn, hidden=None):
     """fn(Z, U, beta) -> MSSA(Z | U) (n, d) = beta sum_k softmax_rows((Z U_k)(Z U_k)^T) Z U_k U_k^T."""
-    rng = np.random.default_rng(91)
+    rng = _rng(91)
     specs = [(8, 6, 3, 2, 0.3), (1, 4, 2, 2, 1.0), (12, 8, 2, 4, 0.1), (5, 3, 1, 3, 2.0)]
     if hidden_enabled(hidden):
         specs += [(6, 4, 4, 1, 0.3)]
@@ -77,7 +78,7 @@ def check_series_error(fn, hidden=None):
     """fn(Z, U, beta) -> the relative Frobenius error of the two-term series (I - beta G_k) for
     (I + beta G_k)^{-1} in the compression gradient sum_k (I + beta G_k)^{-1} P_k U_k^T,
     G_k = P_k P_k^T, P_k = Z U_k. The check also fits the order of the error in beta."""
-    rng = np.random.default_rng(92)
+    rng = _rng(92)
     specs = [(10, 6, 3, 2), (6, 4, 2, 2), (15, 8, 4, 2)]
     if hidden_enabled(hidden):
         specs += [(3, 3, 1, 3)]

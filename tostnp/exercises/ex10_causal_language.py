@@ -6,7 +6,9 @@ from __future__ import annotations
 import numpy as np
 
 from . import _reference as ref
-from ._core import Fail, call_student, case, compare, hidden_enabled, run_cases
+from ._core import RuleBroken, cpu_clock
+from ._core import Fail, call_student, case, compare, hidden_enabled, measure, run_cases
+from ._core import rng as _rng
 
 _FORBID = ("tostnp.nn", "tostnp.models")
 
@@ -29,7 +31,7 @@ def check_prefix_statistics(fn, hidden=None):
     """fn(w, Pi, num_heads) -> (S1, S2, S3): for every t the sums over tokens s <= t of w_s^2
     (B, T, C), of Pi_s w_s^2 (each coordinate weighted by its head's membership, (B, T, C)) and
     of Pi_s (B, T, h); w (B, T, C), Pi (B, T, h)."""
-    rng = np.random.default_rng(61)
+    rng = _rng(61)
     specs = [(2, 7, 6, 3), (1, 1, 4, 2), (3, 5, 4, 1)]
     if hidden_enabled(hidden):
         specs += [(1, 40, 2, 2)]
@@ -61,7 +63,41 @@ def check_prefix_statistics(fn, hidden=None):
                 compare(g, wnt, f"{name} for (B, T, C, h) = {(B, T, C, h)}", diagnoses=diag,
                         shape_desc="(B, T, h)" if name == "S3" else "(B, T, C)")
         cases.append(case(f"(B, T, C, h) = {(B, T, C, h)}", one))
+    cases.append(case("O(T): memory and time at T = 4000", lambda: _prefix_cost(fn, rng)))
     return run_cases("prefix_statistics", cases)
+
+
+# the stated rules of 10.1, measured: at T = 4000 a T x T array takes 128 MB (float64) or 16 MB
+# (bool); running sums take a few arrays of T x C. A Python loop over t costs microseconds per
+# token; running sums, tens of nanoseconds.
+COST_T, COST_C, COST_H = 4000, 4, 2
+MEMORY_PER_TOKEN = 2048          # bytes per token allowed at peak (the inputs take 48)
+TIME_RATIO = 25.0                # your time / the time of np.cumsum on the same statistics
+
+
+def _prefix_cost(fn, rng):
+    T, C, h = COST_T, COST_C, COST_H
+    w = rng.standard_normal((1, T, C))
+    Pi = rng.dirichlet(np.ones(h), size=(1, T))
+    got, secs, peak, _ = measure(fn, w, Pi, h, repeats=3, trace_memory=True, what="prefix_statistics")
+    if not isinstance(got, (tuple, list)) or len(got) != 3:
+        raise Fail("return a triple (S1, S2, S3)")
+    compare(got[0], np.cumsum(w**2, 1), f"S1 for T = {T}", shape_desc="(B, T, C)")
+    if peak > MEMORY_PER_TOKEN * T:
+        raise RuleBroken(f"at T = {T} your function's memory peaks at {peak / 2**20:.1f} MiB (the inputs "
+                   f"take {(w.nbytes + Pi.nbytes) / 2**20:.2f} MiB): it builds an array that grows "
+                   "like T x T (a mask, a T x T sum). Running sums need O(T) memory")
+    best, clock = float("inf"), cpu_clock()
+    p = C // h
+    for _ in range(3):                                       # the same work, done with cumsum
+        t0 = clock()
+        sq = w**2
+        np.cumsum(sq, 1), np.cumsum(np.repeat(Pi, p, axis=-1) * sq, 1), np.cumsum(Pi, 1)
+        best = min(best, clock() - t0)
+    if secs > TIME_RATIO * max(best, 2e-5):
+        raise RuleBroken(f"at T = {T} your function takes {secs * 1e3:.1f} ms, {secs / best:.0f} times "
+                   "running sums over the token axis (np.cumsum): a Python loop over t? The "
+                   "statistics of every t come from one cumulative sum along axis 1")
 
 
 def _causal_inputs(rng, B, T, C, h, max_len):
@@ -71,7 +107,7 @@ def _causal_inputs(rng, B, T, C, h, max_len):
 
 def check_causal_tssa_forward(fn, hidden=None):
     """fn(x, params, num_heads) -> y (B, T, C): causal TSSA (token t sees tokens 0..t only)."""
-    rng = np.random.default_rng(62)
+    rng = _rng(62)
     specs = [(2, 6, 8, 2, 8), (1, 1, 4, 2, 3), (2, 5, 6, 3, 5), (1, 7, 4, 1, 9)]
     if hidden_enabled(hidden):
         specs += [(1, 12, 2, 2, 12)]
@@ -112,7 +148,7 @@ def check_decode_step(fn, hidden=None):
     """fn(state, x_t, params, num_heads, t) -> (y_t (B, C), new_state); state holds "S1" (B, C),
     "S2" (B, C), "S3" (B, h) and "t"; starting from zeros and feeding tokens 0, 1, ... must
     reproduce the causal layer row by row, and the input state must not change."""
-    rng = np.random.default_rng(63)
+    rng = _rng(63)
     specs = [(2, 6, 8, 2), (1, 4, 4, 4), (3, 5, 6, 3)]
     if hidden_enabled(hidden):
         specs += [(1, 1, 2, 1)]
