@@ -27,8 +27,11 @@ Every number it prints is measured in the run that prints it.
    round takes ~1 s; one call for the big blocks); the per-step mean of a round is one sample.
    Reported: ratio tostnp/torch of the medians over rounds, the median (min-max) of the
    per-round paired ratios, steps/s, items/s, the 1-min load average during the rounds, the
-   phase split of a step, and the fresh memory faulted in per step (minor faults, counting
-   2 MB for each transparent-huge-page fault).
+   phase split of a step, the fresh memory faulted in per step (minor faults, counting
+   2 MB for each transparent-huge-page fault), and each worker's memory: its peak RSS over the
+   warm-up above its RSS after the imports (for torch: and after one step of a tiny model, which
+   sets up its runtime), and for tostnp the NumPy bytes at one step's
+   high-water mark (tracemalloc; it cannot see torch's buffers).
    One training step = what tostnp/train/loop.py does per update minus logging/eval/checkpoints:
    task.next_batch(), task.loss_and_grads(), clip_grad_norm(1.0), lr_schedule(), float(loss) +
    finiteness check, AdamW.step(); torch: the same batch sampler, forward, cross-entropy,
@@ -873,14 +876,25 @@ def worker_main(system, bench, threads):
     from threadpoolctl import threadpool_limits, threadpool_info
     proto = sys.stdout
     sys.stdout = sys.stderr           # keep library prints off the protocol channel
+    from tostnp.bench.peaks import (peak_rss_bytes, reset_peak_rss, rss_bytes,
+                                     traced_peak_bytes)
     with threadpool_limits(limits=threads, user_api="blas"):
         if system == "torch":
             torch = torch_defs()["torch"]
             torch.set_num_threads(threads)
+            # set up torch's runtime (thread pools, autograd engine, kernels) before measuring
+            # memory, with a step of a tiny model, so that the memory below is the model's
+            tiny = torch.nn.Sequential(torch.nn.Linear(8, 8), torch.nn.LayerNorm(8))
+            tiny_opt = torch.optim.AdamW(tiny.parameters())
+            tiny(torch.randn(2, 8)).square().sum().backward()
+            tiny_opt.step()
+            del tiny, tiny_opt
         else:       # `--threads N` sets BLAS and tostnp's fast path together (backend.threads)
             from tostnp.backend import kernels as fused
             if hasattr(fused, "set_threads"):
                 fused.set_threads(threads)
+        reset_peak_rss()
+        rss0 = rss_bytes()            # libraries loaded; no model, data or optimiser yet
         step0, meta = make_step(system, bench)
 
         def step():            # + page faults during the step (this process, all threads)
@@ -905,6 +919,14 @@ def worker_main(system, bench, threads):
             warm.append(step()["total"])
         meta.update(warm_step_s=statistics.median(warm[-3:]), warm_steps=len(warm),
                     pid=os.getpid(), threads=threads)
+        # memory: the process's peak RSS over the warm-up above its RSS after the imports
+        # (model, data, optimiser state, activations, allocator caches); for tostnp also the
+        # NumPy bytes of one step's high-water mark (tracemalloc does not see torch's buffers)
+        hwm = peak_rss_bytes()
+        meta["rss_after_imports_mb"] = None if rss0 is None else rss0 / 2**20
+        meta["train_rss_mb"] = None if rss0 is None or hwm is None else (hwm - rss0) / 2**20
+        meta["step_traced_mb"] = (traced_peak_bytes(step0) / 2**20
+                                  if system == "tostnp" else None)
         meta["blas_threads"] = blas
         if system == "torch":
             meta["torch_threads"] = torch.get_num_threads()
@@ -1025,6 +1047,8 @@ def summarize(res, a="tostnp", b="torch"):
             "rounds": len(pa), "k": res["k"],
             "load_1min": {"min": min(res["loads"]), "median": statistics.median(res["loads"]),
                           "max": max(res["loads"])},
+            "train_rss_mb": {s: res["meta"][s].get("train_rss_mb") for s in (a, b)},
+            "step_traced_mb": res["meta"][a].get("step_traced_mb"),
             "phases_median": {s: {ph: statistics.median(r[ph] for r in res["per_round"][s])
                                   for ph in res["per_round"][s][0]} for s in (a, b)}}
 
@@ -1089,6 +1113,17 @@ def print_table(out):
             print(f"  {threads} thr {bench:8s} tostnp/torch ms: {line}  | fresh memory "
                   f"faulted in per step {ph['tostnp']['fault_mb']:.1f}/{ph['torch']['fault_mb']:.1f}"
                   f" MB")
+    print("\n  Memory (each system in its own fresh worker process): peak RSS over the warm-up "
+          "above the RSS after the imports (model, data, optimiser state, activations, "
+          "allocator caches); tostnp's NumPy peak of one step (tracemalloc):")
+    for threads, benches in out["timing"].items():
+        for bench, s in benches.items():
+            m = s.get("train_rss_mb") or {}
+            if m.get("tostnp") is None or m.get("torch") is None:
+                continue
+            print(f"  {threads} thr {bench:8s} RSS tostnp {m['tostnp']:.0f} MB, torch "
+                  f"{m['torch']:.0f} MB, ratio {m['tostnp'] / max(m['torch'], 1e-9):.2f}; tostnp "
+                  f"step (tracemalloc) {s['step_traced_mb']:.1f} MB")
     for threads, benches in out["timing"].items():
         for bench, s in benches.items():
             if not bench.startswith(("block", "tssa")):

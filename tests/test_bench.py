@@ -126,10 +126,34 @@ def test_train_bench_smoke(tmp_path, capsys):
                     "optimiser_s"):
             assert math.isfinite(e[key]) and e[key] > 0, (name, key)
         assert e["minflt_per_step"] >= 0
+        assert e["peak_traced_mb"] > 0
+        assert e["peak_rss_mb"] is None or e["peak_rss_mb"] > e["peak_traced_mb"]
         assert e["forward_s"] + e["backward_s"] + e["optimiser_s"] <= 1.01 * e["step_s"]
     assert r["train"]["lm"]["ratio_fast_plain"] > 0
     out = capsys.readouterr().out
-    assert "fast path / plain path" in out and "faults/step" in out
+    assert "fast path / plain path" in out and "faults/step" in out and "RSS MB" in out
+
+
+def test_memory_measures_against_known_allocations():
+    """traced_peak_bytes sees a NumPy array of known size; the RSS peak sees its pages."""
+    import numpy as np
+    from tostnp.bench.peaks import (peak_rss_bytes, reset_peak_rss, rss_bytes,
+                                     traced_peak_bytes)
+    n = 8 * 2**20                                          # 64 MiB of float64
+
+    def touch():
+        a = np.ones(n)                                     # every page written
+        b = a[:10] * 2.0
+        del a
+        return b                                           # the result counts until it returns
+
+    assert 8 * n <= traced_peak_bytes(touch) < 8 * n + 2**20
+    if rss_bytes() is None:                                # no /proc: nothing more to check
+        return
+    if reset_peak_rss():
+        before = rss_bytes()
+        touch()
+        assert peak_rss_bytes() >= before + 0.9 * 8 * n
 
 
 def test_train_bench_thread_counts(tmp_path, capsys):

@@ -10,12 +10,12 @@ import platform
 import statistics
 import sys
 import time
-import tracemalloc
 
 import numpy as np
 
 from .. import backend
 from ..backend.budget import memory_budget
+from .peaks import traced_peak_bytes
 
 __all__ = ["DEFAULT_SIZES", "DEFAULT_CONTEXTS", "LAYERS", "LABELS", "run_benchmark",
            "estimate_bytes"]
@@ -54,19 +54,7 @@ class _Device:
             peak = pool.total_bytes() - before   # freed blocks stay in the pool: a high-water mark
             del out
             return int(peak)
-        was_tracing = tracemalloc.is_tracing()
-        if not was_tracing:
-            tracemalloc.start()
-        try:
-            tracemalloc.reset_peak()
-            base = tracemalloc.get_traced_memory()[0]
-            out = fn()
-            peak = tracemalloc.get_traced_memory()[1] - base
-            del out
-        finally:
-            if not was_tracing:
-                tracemalloc.stop()
-        return int(peak)
+        return traced_peak_bytes(fn)
 
     def time_once(self, fn) -> float:
         t0 = time.perf_counter()

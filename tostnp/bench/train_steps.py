@@ -9,7 +9,12 @@ on synthetic data of the CLI's default batch shapes, and one ToST block forward+
 * the phase split of a step: forward (model + loss), backward (loss + model), optimiser
   (clipping + AdamW);
 * minor page faults per step (``resource.getrusage().ru_minflt``): each one is a page of memory
-  the kernel had to map and zero, i.e. fresh memory the step touched.
+  the kernel had to map and zero, i.e. fresh memory the step touched;
+* peak memory of one step, after the timed rounds (:mod:`tostnp.bench.peaks`): the bytes NumPy
+  allocated at the step's high-water mark above what existed before it (tracemalloc:
+  activations, gradients, temporaries; not the parameters or the optimiser state), and the
+  process's peak RSS during the step (everything the process holds: interpreter, libraries,
+  every benchmark's model, freed memory the allocator kept).
 
 Timing: warm-up steps, then ``rounds`` rounds; in each round every benchmark runs ``k`` steps
 (``k`` chosen from the warm-up so a round takes about ``round_s`` seconds) and the per-step mean
@@ -27,6 +32,7 @@ import time
 import numpy as np
 
 from .. import backend
+from .peaks import peak_rss_bytes, reset_peak_rss, traced_peak_bytes
 
 __all__ = ["TRAIN_BENCHES", "run_train_bench", "format_train_report"]
 
@@ -182,8 +188,8 @@ def run_train_bench(benches=TRAIN_BENCHES, *, dtype: str = "float32", rounds: in
     its own interleaved variant (to see where a second thread pays off).
     Returns {"<name>[@<n>t][:plain]": {"desc", "items", "unit", "threads", "step_s",
     "steps_per_s", "items_per_s", "forward_s", "backward_s", "optimiser_s",
-    "minflt_per_step", "rounds", "k"}} plus "ratio_fast_plain" per fast entry when
-    ``compare_plain``.
+    "minflt_per_step", "peak_traced_mb", "peak_rss_mb", "rounds", "k"}} plus
+    "ratio_fast_plain" per fast entry when ``compare_plain``.
     """
     from tqdm import tqdm
     xp = backend.get_xp("cpu")
@@ -235,6 +241,13 @@ def run_train_bench(benches=TRAIN_BENCHES, *, dtype: str = "float32", rounds: in
                                  faults / k))
             bar.update(1)
     bar.close()
+    # peak memory of one step of each, after the timed rounds (tracemalloc slows allocation)
+    peaks = {}
+    for key in order:
+        reset_peak_rss()
+        traced = traced_peak_bytes(lambda: run(key, 1))
+        rss = peak_rss_bytes()
+        peaks[key] = (traced / 2**20, None if rss is None else rss / 2**20)
     out = {}
     for key, ss in samples.items():
         st = steps[key]
@@ -245,7 +258,8 @@ def run_train_bench(benches=TRAIN_BENCHES, *, dtype: str = "float32", rounds: in
             "step_s": step_s,
             "steps_per_s": 1.0 / step_s, "items_per_s": st.items / step_s,
             "forward_s": med(1), "backward_s": med(2), "optimiser_s": med(3),
-            "minflt_per_step": med(4), "rounds": len(ss), "k": ks[key]}
+            "minflt_per_step": med(4), "peak_traced_mb": peaks[key][0],
+            "peak_rss_mb": peaks[key][1], "rounds": len(ss), "k": ks[key]}
     if compare_plain:
         for name in benches:
             for n in counts:
@@ -266,13 +280,15 @@ def run_train_bench(benches=TRAIN_BENCHES, *, dtype: str = "float32", rounds: in
 
 def format_train_report(res: dict) -> str:
     lines = [f"{'training step':<52} {'steps/s':>8} {'items/s':>10} {'fwd ms':>8} "
-             f"{'bwd ms':>8} {'opt ms':>8} {'faults/step':>11}"]
+             f"{'bwd ms':>8} {'opt ms':>8} {'faults/step':>11} {'peak MB':>8} {'RSS MB':>8}"]
     for key, r in res.items():
         label = r["desc"] + ("" if r.get("threads") is None else f", {r['threads']} thr") \
             + (" [plain]" if key.endswith(":plain") else "")
         lines.append(f"{label:<52} {r['steps_per_s']:8.2f} {r['items_per_s']:10.0f} "
                      f"{r['forward_s'] * 1e3:8.1f} {r['backward_s'] * 1e3:8.1f} "
-                     f"{r['optimiser_s'] * 1e3:8.1f} {r['minflt_per_step']:11.0f}")
+                     f"{r['optimiser_s'] * 1e3:8.1f} {r['minflt_per_step']:11.0f} "
+                     f"{r['peak_traced_mb']:8.1f} "
+                     + ("     n/a" if r["peak_rss_mb"] is None else f"{r['peak_rss_mb']:8.0f}"))
         if "ratio_fast_plain" in r:
             lines.append(f"{'':<4}fast path / plain path: {r['ratio_fast_plain']:.2f}x "
                          f"(paired median {r['ratio_fast_plain_paired']:.2f}x)")
@@ -280,4 +296,6 @@ def format_train_report(res: dict) -> str:
             if k.startswith("ratio_to_"):
                 lines.append(f"{'':<4}step time / with {k[9:-8]} thread(s): {v:.2f}x "
                              "(paired median)")
+    lines.append("(peak MB: what NumPy allocated at the step's high-water mark (tracemalloc); RSS MB: "
+                 "the whole process's peak resident memory during the step)")
     return "\n".join(lines)

@@ -12,7 +12,7 @@ moment of each projected coordinate,
 
 and R^var_c = 1/2 sum_k (n_k/n) sum_i f(stat_k,i). It upper-bounds R_c (tostnp.compression),
 with equality when U_k diagonalises group k's weighted covariance. No n x n token-pair matrix
-appears: the cost is O(K n d p).
+appears, nor a (K, n, d) one: the cost is O(K n d p) time and O(n (d + K p)) memory.
 """
 from __future__ import annotations
 
@@ -55,37 +55,50 @@ def _swap_last_two(xp, x):
     return xp.permute_dims(x, tuple(range(x.ndim - 2)) + (x.ndim - 1, x.ndim - 2))
 
 
+def _stack_bases(xp, U):
+    """U_cat = [U_1 ... U_K] (d, K p): the K bases side by side, so that Z U_cat holds every
+    projection z_j^T U_k in one matmul."""
+    K, d, p = U.shape
+    return xp.reshape(xp.permute_dims(U, (1, 0, 2)), (d, K * p))
+
+
 def _statistics(xp, Z, Pi, U):
     """Projections, token weights and statistics shared by R^var_c and its gradient.
 
-    Returns ZU (..., K, n, p), Pi_T (..., K, n), n_k (..., K), stat (..., K, p).
+    Every projection z_j^T U_k comes from ONE matmul, Z U_cat (..., n, K p), seen as
+    (..., n, K, p): memory O(n K p), and no (K, n, d) array.
+
+    Returns ZU (..., n, K, p), n_k (..., K), stat (..., K, p).
     """
-    ZU = Z[..., None, :, :] @ U                                # (..., K, n, p)  rows z_j^T U_k
-    Pi_T = _swap_last_two(xp, Pi)                              # (..., K, n)
-    n_k = xp.sum(Pi_T, axis=-1)                                # (..., K)
+    ZU = Z @ _stack_bases(xp, U)                               # (..., n, K p)
+    ZU = xp.reshape(ZU, tuple(Z.shape[:-1]) + (U.shape[0], U.shape[2]))  # (..., n, K, p)
+    n_k = xp.sum(Pi, axis=-2)                                  # (..., K)
     # An empty group (n_k = 0) has pi_k = 0: its statistic is 0 whatever we divide by.
     safe = xp.where(n_k > 0, n_k, xp.ones_like(n_k))           # (..., K)
-    w = Pi_T / safe[..., None]                                 # (..., K, n)     pi_k / n_k
-    stat = (w[..., None, :] @ (ZU * ZU))[..., 0, :]            # (..., K, p)     token statistic
-    return ZU, Pi_T, n_k, stat
+    w = Pi / safe[..., None, :]                                # (..., n, K)     pi_k / n_k
+    stat = xp.sum(w[..., None] * (ZU * ZU), axis=-3)           # (..., K, p)     token statistic
+    return ZU, n_k, stat
 
 
 def _variational_compression(xp, Z, Pi, U, eps):
     n, d = Z.shape[-2], Z.shape[-1]
-    _, _, n_k, stat = _statistics(xp, Z, Pi, U)
+    _, n_k, stat = _statistics(xp, Z, Pi, U)
     f = xp.log1p((d / eps**2) * stat)                          # (..., K, p)     f(stat)
     return 0.5 * xp.sum((n_k / n) * xp.sum(f, axis=-1), axis=-1)   # (...)       eq-Rvar
 
 
 def _variational_compression_grad(xp, Z, Pi, U, eps):
     n, d = Z.shape[-2], Z.shape[-1]
+    K, _, p = U.shape
     c = d / eps**2
-    ZU, Pi_T, _, stat = _statistics(xp, Z, Pi, U)
+    ZU, _, stat = _statistics(xp, Z, Pi, U)
     D = c / (1.0 + c * stat)                                   # (..., K, p)     diag of D_k = f'(stat_k)
-    A = ZU * D[..., None, :]                                   # (..., K, n, p)  Z U_k D_k
-    B = A @ xp.matrix_transpose(U)                             # (..., K, n, d)  Z U_k D_k U_k^T
     # The 1/n_k inside stat cancels the n_k/n weight: the gradient carries 1/n and pi_k only.
-    return xp.sum(Pi_T[..., None] * B, axis=-3) / n           # (..., n, d)     eq-grad
+    A = ZU * D[..., None, :, :] * (Pi / n)[..., None]          # (..., n, K, p)  Diag(pi_k) Z U_k D_k / n
+    del ZU
+    # sum_k A_k U_k^T is one matmul with the stacked bases: (..., n, K p) @ (K p, d)
+    A = xp.reshape(A, tuple(A.shape[:-2]) + (K * p,))          # (..., n, K p)   a view
+    return A @ xp.matrix_transpose(_stack_bases(xp, U))        # (..., n, d)     eq-grad
 
 
 def variational_compression(Z, Pi, U, eps):

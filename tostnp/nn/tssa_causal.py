@@ -107,18 +107,13 @@ def causal_forward(x, w, params, h, p, xp):
     S1 = _scan(sq, xp)                                                           # (B, T, C)
     # S1 is non-decreasing in t, so the clamp can only bite if it bites at t = 0
     clamped = bool(xp.any(S1[:, 0, :] <= S1_EPS))
-    active = xp.astype(S1 > S1_EPS, x.dtype) if clamped else None                # (B, T, C)
-    inv_S1 = 1.0 / (xp.clip(S1, min=S1_EPS) if clamped else S1)                  # (B, T, C)
     state_S1 = xp.asarray(S1[:, T - 1, :], copy=True)                            # (B, C)
-    ratio = sq * inv_S1                                                          # (B, T, C)
-    # 1 - ratio = S1_{t-1} / S1_t for the backward, from the exclusive prefix sum (exact; the
-    # difference 1 - ratio would lose every digit where w_t^2 dominates S1_t); 1 where clamped
-    keep = _exclusive(S1, xp) * inv_S1                                           # (B, T, C)
-    if clamped:
-        keep = xp.where(active > 0, keep, xp.ones_like(keep))
-    del S1
-    # q_tk: a sum over each head's p contiguous coordinates (eq-causal-pi)
-    q = head_sums(ratio, h, p, xp) + float(p) * bias                             # (B, T, h)
+    # q_tk = sum_{c in k} sq_tc / S1_tc: a dot product over each head's p coordinates
+    # (eq-causal-pi)
+    inv_S1 = 1.0 / _clamp_S1(S1, clamped, xp)                                    # (B, T, C)
+    q = xp.vecdot(split_heads(sq, h, p, xp), split_heads(inv_S1, h, p, xp)) \
+        + float(p) * bias                                                        # (B, T, h)
+    del sq, inv_S1
     Pi = softmax_heads(temp * q, xp)                                             # (B, T, h)
 
     a = merge_heads(split_heads(w, h, p, xp) * per_coord(Pi, xp), xp)            # (B, T, C)  w Pi
@@ -140,18 +135,24 @@ def causal_forward(x, w, params, h, p, xp):
     y = xp.reshape(xp.reshape(v, (B * T, C)) @ (-params["W_o"]), (B, T, C))      # (B, T, C)
     if "b_o" in params:
         y += params["b_o"]
+    # The cache keeps three (B, T, C) arrays, w, S1 and r; the backward recomputes the
+    # elementwise rest (sq = w^2, v = w Pi r, 1/S1) where it needs them, one at a time
     cache = {"causal": True, "x": x, "params": params, "h": h, "p": p,
-             "w": w, "sq": sq, "inv_S1": inv_S1, "active": active, "ratio": ratio,
-             "keep": keep, "q": q,
-             "n_Pi": n_Pi, "r": r, "v": v, "decode_state": state,
+             "w": w, "S1": S1, "clamped": clamped, "q": q,
+             "n_Pi": n_Pi, "r": r, "decode_state": state,
              "Pi": xp.permute_dims(Pi, (0, 2, 1))}                               # (B, h, T)
     return y, cache
+
+
+def _clamp_S1(S1, clamped: bool, xp):
+    """max(S1, 1e-12) (eq-causal-pi): S1 itself, no copy, when nothing is clamped."""
+    return xp.clip(S1, min=S1_EPS) if clamped else S1
 
 
 def causal_backward(dy, cache, xp):
     params, h, p = cache["params"], cache["h"], cache["p"]
     B, T, C = dy.shape
-    w, sq, v, r = cache["w"], cache["sq"], cache["v"], cache["r"]
+    w, S1, r = cache["w"], cache["S1"], cache["r"]
     Pi = xp.permute_dims(cache["Pi"], (0, 2, 1))                 # (B, T, h): a view, tokens as rows
     n_h = per_coord(cache["n_Pi"], xp)                                           # (B, T, h, 1)
     Pi_h = per_coord(Pi, xp)                                                     # (B, T, h, 1)
@@ -160,12 +161,16 @@ def causal_backward(dy, cache, xp):
     if "b_o" in params:
         grads["b_o"] = sum_leading(xp, dy2)                                      # (C,)
     # y = v @ (-W_o) + b_o with v = -out = a r, a = w Pi, r = n / (n + S2)     (eq-causal-out)
+    v = merge_heads(split_heads(w, h, p, xp) * Pi_h, xp)                         # (B, T, C)  a
+    v *= r                                                                       # v = a r
     grads["W_o"] = -(xp.matrix_transpose(xp.reshape(v, (B * T, C))) @ dy2)       # (C, C)
     g_v = xp.reshape(dy2 @ xp.matrix_transpose(-params["W_o"]), (B, T, C))       # (B, T, C)
     g_a = g_v * r                                                                # (B, T, C)
     # dv/dS2 = -v r / n and dv/dn = v (1 - r) / n; with u = g_v v / n:
     # g_S2 = -u r and g_n_k = sum_{c in k} u (1 - r) = sum_{c in k} (u + g_S2)
-    u = g_v * v                                                                  # (B, T, C)
+    u, g_v = g_v, None
+    u *= v                                                        # in g_v's buffer (g_v is ours)
+    del v
     u_h = split_heads(u, h, p, xp)                                               # a view of u
     u_h /= n_h                                                                   # u = g_v v / n
     g_S2 = u * r                                                                 # (B, T, C)
@@ -178,9 +183,18 @@ def causal_backward(dy, cache, xp):
     del g_S2
     # g_Pi_tk = sum_{c in k} (g_a w + G2 sq)_tc + suffix(g_n)_tk: head-wise dot products
     # (vecdot) read the (B, T, C) arrays once, with no temporaries
+    sq = w * w                                                                   # (B, T, C)
     g_Pi = xp.vecdot(split_heads(g_a, h, p, xp), split_heads(w, h, p, xp)) \
         + xp.vecdot(split_heads(G2, h, p, xp), split_heads(sq, h, p, xp)) \
         + _scan(g_n, xp, reverse=True)                                           # (B, T, h)
+    # g_w = 2 w g_sq + g_a Pi with g_sq = g_q keep / S1 + G1 + Pi G2 (below), grouped as
+    # g_w = 2 w (g_q keep / S1 + G1) + Pi (g_a + 2 w G2): the second part now, in g_a's buffer
+    G2 *= w
+    G2 *= 2.0
+    g_a += G2                                                                    # g_a + 2 w G2
+    del G2
+    g_a_h = split_heads(g_a, h, p, xp)                                           # a view of g_a
+    g_a_h *= Pi_h                                                                # Pi (g_a + 2 w G2)
     g_q = softmax_heads_backward(g_Pi, cache, grads, xp)                         # (B, T, h)
     # q_tk = sum_{c in k} sq_tc / S1_tc + p denom_bias[k, t]                     (eq-causal-pi)
     db = float(p) * xp.permute_dims(xp.sum(g_q, axis=0), (1, 0))                 # (h, T)
@@ -191,30 +205,39 @@ def causal_backward(dy, cache, xp):
                                      device=device_of(dy))], axis=1)
     grads["denom_bias"] = db                                                     # (h, max_len, 1)
     g_q_h = per_coord(g_q, xp)                                                   # (B, T, h, 1)
-    # S1 receives g_S1 = -g_q sq / S1^2 = -g_q ratio / S1 (unclamped entries only)
-    g_S1 = cache["ratio"] * cache["inv_S1"]                                      # (B, T, C)
+    # S1 receives g_S1 = -g_q sq / S1^2 (unclamped entries only), in sq's buffer
+    S1c = _clamp_S1(S1, cache["clamped"], xp)                                    # (B, T, C)
+    active = xp.astype(S1 > S1_EPS, dy.dtype) if cache["clamped"] else None      # (B, T, C)
+    g_S1, sq = sq, None
+    g_S1 /= S1c
+    g_S1 /= S1c                                                                  # sq / S1^2
     g_S1_h = split_heads(g_S1, h, p, xp)                                         # a view
     g_S1_h *= g_q_h
     g_S1 *= -1.0
-    if cache["active"] is not None:
-        g_S1 *= cache["active"]
+    if active is not None:
+        g_S1 *= active
     # S1 = prefix(sq): sq_s receives suffix(g_S1)_s = g_S1_s + sum_{t>s} g_S1_t. Token s's own
-    # term joins the direct one: g_q / S1 + g_S1 = g_q (1 - ratio) / S1 = g_q keep / S1, and
-    # only the EXCLUSIVE suffix sum G1 is added -- no huge g_q / S1 cancelled by its negative
-    G1 = _exclusive(_scan(g_S1, xp, reverse=True), xp, reverse=True)             # (B, T, C)
+    # term joins the direct one: g_q / S1 + g_S1 = g_q (1 - sq / S1) / S1 = g_q keep / S1 with
+    # keep = S1_{t-1} / S1_t, and only the EXCLUSIVE suffix sum G1 is added -- no huge g_q / S1
+    # cancelled by its negative
+    G1 = _scan(g_S1, xp, reverse=True)                                           # (B, T, C)
     del g_S1, g_S1_h
-    # g_sq = g_q keep / S1 + G1 + Pi G2, and g_w = 2 w g_sq + g_a Pi, grouped as
-    # g_w = 2 w (g_q keep / S1 + G1) + Pi (g_a + 2 w G2): Pi multiplies once, per head
-    g_w = merge_heads(split_heads(cache["inv_S1"] * cache["keep"], h, p, xp) * g_q_h, xp)
+    G1 = _exclusive(G1, xp, reverse=True)                                        # (B, T, C)
+    # keep from the exclusive prefix sum (exact; the difference 1 - sq / S1 would lose every
+    # digit where w_t^2 dominates S1_t); 1 where clamped
+    g_w = _exclusive(S1, xp)                                                     # (B, T, C)
+    g_w /= S1c                                                                   # keep
+    if active is not None:
+        g_w = xp.where(active > 0, g_w, xp.ones_like(g_w))
+    g_w /= S1c                                                                   # keep / S1
+    g_w_h = split_heads(g_w, h, p, xp)                                           # a view
+    g_w_h *= g_q_h                                                               # g_q keep / S1
     g_w += G1
+    del G1
     g_w *= w
     g_w *= 2.0                                                        # 2 w (g_q keep/S1 + G1)
-    G2 *= w
-    G2 *= 2.0
-    g_a += G2                                                                    # g_a + 2 w G2
-    g_a_h = split_heads(g_a, h, p, xp)                                           # a view of g_a
-    g_a_h *= Pi_h
-    g_w += merge_heads(g_a_h, xp)
+    g_w += g_a                                                        # + Pi (g_a + 2 w G2)
+    del g_a, g_a_h
     return project_in_backward(g_w, grads, cache, xp), grads
 
 
