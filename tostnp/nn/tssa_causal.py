@@ -108,12 +108,13 @@ def causal_forward(x, w, params, h, p, xp):
     # S1 is non-decreasing in t, so the clamp can only bite if it bites at t = 0
     clamped = bool(xp.any(S1[:, 0, :] <= S1_EPS))
     state_S1 = xp.asarray(S1[:, T - 1, :], copy=True)                            # (B, C)
-    # q_tk = sum_{c in k} sq_tc / S1_tc: a dot product over each head's p coordinates
-    # (eq-causal-pi)
-    inv_S1 = 1.0 / _clamp_S1(S1, clamped, xp)                                    # (B, T, C)
-    q = xp.vecdot(split_heads(sq, h, p, xp), split_heads(inv_S1, h, p, xp)) \
-        + float(p) * bias                                                        # (B, T, h)
-    del sq, inv_S1
+    # q_tk = sum_{c in k} sq_tc / S1_tc: a sum over each head's p contiguous coordinates
+    # (eq-causal-pi); the ratio is a temporary, not kept for the backward
+    ratio = 1.0 / _clamp_S1(S1, clamped, xp)                                     # (B, T, C)
+    ratio *= sq                                                                  # sq / S1
+    del sq
+    q = head_sums(ratio, h, p, xp) + float(p) * bias                             # (B, T, h)
+    del ratio
     Pi = softmax_heads(temp * q, xp)                                             # (B, T, h)
 
     a = merge_heads(split_heads(w, h, p, xp) * per_coord(Pi, xp), xp)            # (B, T, C)  w Pi
