@@ -3,7 +3,8 @@ tokens, eigenvalues, autograd), in float64, separately from the ``tostnp`` code 
 ask students to rewrite. The differentiable ones use ``autograd.numpy`` so that gradients come
 from autograd, not from a hand derivation.
 
-Nothing here is imported by the rest of the package.
+The objective's references are those of :mod:`tostnp.analysis.oracle` (one home for each);
+nothing here is imported by the rest of the package.
 """
 from __future__ import annotations
 
@@ -13,38 +14,14 @@ import autograd
 import autograd.numpy as anp
 import numpy as np
 
+# the plain float64 references shared with `verify` and the tests (one home for each)
+from ..analysis.oracle import (coding_rate, compression, coding_rate_ad, membership,  # noqa: F401
+                               variational_compression, variational_compression_ad)
+
 
 # ---------------------------------------------------------------------------------------------
-# the coding rate (book chapter 2), by eigenvalues
+# the coding rate (book chapter 2): its gradient by autograd, its largest value
 # ---------------------------------------------------------------------------------------------
-def coding_rate(Z, eps):
-    """R(Z) = 1/2 sum_i log(1 + d/(n eps^2) lambda_i), lambda the eigenvalues of the smaller of
-    Z^T Z and Z Z^T (the squared singular values of Z)."""
-    n, d = Z.shape
-    lam = np.clip(np.linalg.eigvalsh(Z @ Z.T if n < d else Z.T @ Z), 0.0, None)
-    return 0.5 * float(np.sum(np.log1p(d / (n * eps**2) * lam)))
-
-
-def compression(Z, Pi, eps):
-    """R_c(Z, Pi) from the eigenvalues of each group's weighted Gram matrix, one group at a time."""
-    n, d = Z.shape
-    total = 0.0
-    for k in range(Pi.shape[1]):
-        n_k = float(np.sum(Pi[:, k]))
-        if n_k <= 0:
-            continue
-        M = Z.T @ (Pi[:, k:k + 1] * Z)                                  # (d, d) sum_j Pi_jk z_j z_j^T
-        lam = np.clip(np.linalg.eigvalsh(M), 0.0, None)
-        total += 0.5 * n_k / n * float(np.sum(np.log1p(d / (n_k * eps**2) * lam)))
-    return total
-
-
-def coding_rate_ad(Z, eps):
-    """R(Z) written for autograd (log det by slogdet), used only to differentiate."""
-    n, d = Z.shape
-    return 0.5 * anp.linalg.slogdet(anp.eye(d) + d / (n * eps**2) * anp.dot(Z.T, Z))[1]
-
-
 def coding_rate_grad(Z, eps):
     return autograd.grad(coding_rate_ad)(Z, eps)
 
@@ -55,38 +32,10 @@ def max_coding_rate(n, d, eps, frob2):
 
 
 # ---------------------------------------------------------------------------------------------
-# the variational form (chapters 4-5), by loops
+# the variational form (chapters 4-5): its gradient by autograd
 # ---------------------------------------------------------------------------------------------
-def variational_compression_ad(Z, Pi, U, eps):
-    """R^var_c(Z, Pi | U) with explicit loops over groups and directions (autograd-friendly)."""
-    n, d = Z.shape
-    total = 0.0
-    for k in range(U.shape[0]):
-        n_k = anp.sum(Pi[:, k])
-        for i in range(U.shape[2]):
-            proj = anp.dot(Z, U[k][:, i])                                 # (n,)
-            s = anp.sum(Pi[:, k] * proj**2) / n_k
-            total = total + 0.5 * n_k / n * anp.log(1.0 + d / eps**2 * s)
-    return total
-
-
-def variational_compression(Z, Pi, U, eps):
-    return float(variational_compression_ad(Z, Pi, U, eps))
-
-
 def variational_compression_grad(Z, Pi, U, eps):
     return autograd.grad(variational_compression_ad)(Z, Pi, U, eps)
-
-
-def membership(Z, U, eta):
-    """Pi_jk = exp(||U_k^T z_j||^2 / (2 eta)) / sum_l exp(...), token by token."""
-    n, K = Z.shape[0], U.shape[0]
-    Pi = np.zeros((n, K))
-    for j in range(n):
-        logits = np.array([np.sum((U[k].T @ Z[j]) ** 2) / (2 * eta) for k in range(K)])
-        e = np.exp(logits - logits.max())
-        Pi[j] = e / e.sum()
-    return Pi
 
 
 # ---------------------------------------------------------------------------------------------
