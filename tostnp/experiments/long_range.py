@@ -83,10 +83,10 @@ def plot(data, path):
     maj = data.get("majority_class_acc", [])
     if maj:
         ax.axhline(100 * float(np.mean(maj)), color="gray", ls=":", label="majority class")
-        ax.legend(fontsize=8)
+        ax.legend()
     ax.set_ylabel("test accuracy (%)")
     ax.grid(alpha=0.3, axis="y")
     ax.set_title(f"{NAME}: ListOps-style, N = {data['settings']['max_len']}, one setting for "
-                 f"all\n(mean ± sd, seeds {data['seeds']})", fontsize=9)
+                 f"all\n(mean ± sd, seeds {data['seeds']})")
     fig.tight_layout()
     return savefig(fig, path)

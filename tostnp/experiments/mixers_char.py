@@ -131,10 +131,10 @@ def plot(data, path):
         ax.set_xlabel("training CPU time (s)")
         ax.set_ylabel("validation bits/char")
         ax.grid(alpha=0.3)
-        ax.legend(fontsize=7)
+        ax.legend()
         ax.set_title("equal parameters, equal steps" if part == "equal-params" else
-                     "equal parameters, equal training time", fontsize=9)
+                     "equal parameters, equal training time")
     fig.suptitle(f"{NAME}: char LM, context {data['settings']['block_size']} (mean ± sd, seeds "
-                 f"{data['seeds']})", fontsize=10)
+                 f"{data['seeds']})")
     fig.tight_layout()
     return savefig(fig, path)

@@ -64,6 +64,6 @@ def plot(data, path):
         ax.grid(alpha=0.3, axis="y")
         if key == "test_acc":
             ax.set_ylim(max(0, min(m) - 10), 100)
-    fig.suptitle(f"{NAME}: mean ± sd over seeds {data['seeds']}", fontsize=10)
+    fig.suptitle(f"{NAME}: mean ± sd over seeds {data['seeds']}")
     fig.tight_layout()
     return savefig(fig, path)

@@ -103,8 +103,8 @@ def plot(data, path):
         ax.axhline(50, color="gray", ls=":", lw=1)
         ax.set_ylim(40, 102)
         ax.grid(alpha=0.3)
-    axes[0].legend(fontsize=8)
+    axes[0].legend()
     fig.suptitle(f"{NAME}: one outlier token decides the label (mean ± sd, seeds "
-                 f"{data['seeds']})", fontsize=10)
+                 f"{data['seeds']})")
     fig.tight_layout()
     return savefig(fig, path)

@@ -153,6 +153,7 @@ def plot(data, path):
     import matplotlib.pyplot as plt
     colors = dict(zip(MIXERS, ["C0", "C9", "C1", "C2", "C3"]))
     fig, axes = plt.subplots(1, 2, figsize=(11, 4))
+    labelled = False
     for m in data["settings"]["mixers"]:
         meas = [r for r in data["results"] if r["mixer"] == m and r["status"] == "measured"]
         est = [r for r in data["results"] if r["mixer"] == m and r["status"] != "measured"]
@@ -162,10 +163,12 @@ def plot(data, path):
                              yerr=[r["std"]["cpu_s"] for r in meas], marker="o", ms=3,
                              color=colors[m], label=m, capsize=2)
             axes[1].plot(Ns, [r["mean"]["peak_mb"] / 1024 for r in meas], "o-", ms=3,
-                         color=colors[m], label=m)
-        if est:
+                         color=colors[m])
+        if est:          # one legend entry for every open circle (the colours are the left's)
             axes[1].plot([r["N"] for r in est], [r["est_gb"] * 1e9 / 2**30 for r in est], "o",
-                         mfc="none", color=colors[m], label=f"{m} (estimated, not run)")
+                         mfc="none", color=colors[m], label=None if labelled else
+                         "estimated, not run")
+            labelled = True
     axes[1].axhline(data["settings"]["fit_gb"] * 1e9 / 2**30, color="gray", ls=":",
                     label=f"{data['settings']['fit_gb']:g} GB")
     axes[0].set_ylabel("CPU time per training step (s)")
@@ -173,9 +176,8 @@ def plot(data, path):
     for ax in axes:
         ax.set_xscale("log", base=2); ax.set_yscale("log")
         ax.set_xlabel("sequence length N"); ax.grid(alpha=0.3, which="both")
-        ax.legend(fontsize=7)
+        ax.legend()
     fig.suptitle(f"{NAME}: one block, width {data['settings']['width']}, batch "
-                 f"{data['settings']['batch']}, forward+backward (seeds {data['seeds']})",
-                 fontsize=10)
+                 f"{data['settings']['batch']}, forward+backward (seeds {data['seeds']})")
     fig.tight_layout()
     return savefig(fig, path)
