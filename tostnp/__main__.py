@@ -1,4 +1,4 @@
-"""Command line: ``python -m tostnp <command> --help``.
+"""Command line: ``python -m tostnp <command> --help`` (or ``tostnp``, or ``python3 run.py``).
 
 Each command lives in its own module, which provides ``add_arguments(parser)`` and
 ``run(args) -> int`` (the exit status).
@@ -33,14 +33,18 @@ class _Parser(argparse.ArgumentParser):
 
 
 def build_parser() -> argparse.ArgumentParser:
+    from .cli.options import how_to_run
+    prog = how_to_run()        # python3 run.py / tostnp / .venv/bin/python -m tostnp, as started
     parser = _Parser(
-        prog="python -m tostnp",
+        prog=prog,
         description="tostnp: the Token Statistics Transformer from scratch, derived and verified.")
     sub = parser.add_subparsers(dest="command", metavar="command")
     sub.required = True
     for name, (modname, help_) in COMMANDS.items():
         mod = importlib.import_module(modname)
-        p = sub.add_parser(name, help=help_, description=(mod.__doc__ or help_).strip(),
+        # the examples in a command's docstring are shown the way this process was started
+        doc = (mod.__doc__ or help_).strip().replace("python -m tostnp", prog)
+        p = sub.add_parser(name, help=help_, description=doc,
                            formatter_class=argparse.RawDescriptionHelpFormatter)
         mod.add_arguments(p)
         p.set_defaults(_run=mod.run)
@@ -56,9 +60,10 @@ def main(argv=None) -> int:
     try:
         return int(args._run(args) or 0)
     except TrainingInterrupted as e:
-        cmd = " ".join(["python -m tostnp", args.command, getattr(args, "model", "") or "",
-                        "--out", e.out_dir, "--resume"])
-        print(f"interrupted: {e}; continue with: {cmd}", file=sys.stderr)
+        from .cli.options import how_to_run
+        cmd = how_to_run(args.command, getattr(args, "model", "") or "", "--out", e.out_dir,
+                         "--resume")
+        print(f"interrupted: {e}; resume with: {cmd}", file=sys.stderr)
         return e.exit_code
     except TrainingDiverged as e:
         print(f"error: {e}", file=sys.stderr)
@@ -68,7 +73,8 @@ def main(argv=None) -> int:
         print(f"error: {msg}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
-        print("error: interrupted", file=sys.stderr)
+        print("interrupted (a second Ctrl-C stops at once; the last checkpoint, if any, "
+              "is complete)", file=sys.stderr)
         return 130
 
 

@@ -16,7 +16,7 @@ from .. import backend
 from ..bench import (DEFAULT_SIZES, DEFAULT_CONTEXTS, run_benchmark, evaluate_targets,
                      format_report, write_plots)
 from ..io.atomic import atomic_write_text
-from .options import POSITIVE_INT, NONNEG_INT, POSITIVE_FLOAT
+from .options import POSITIVE_INT, NONNEG_INT, POSITIVE_FLOAT, how_to_run
 
 __all__ = ["add_arguments", "run"]
 
@@ -131,7 +131,7 @@ def _run_train(args) -> int:
                            if i.get("user_api") == "blas"})
     meta = {"load_before": load_before, "load_after": _loadavg(),
             "blas_threads": blas_threads, "kept_freed_memory": kept, "dtype": args.dtype,
-            "command": " ".join(["python -m tostnp bench"] + sys.argv[2:])
+            "command": how_to_run("bench", *sys.argv[2:])
             if sys.argv[1:2] == ["bench"] else None}
     os.makedirs(args.out, exist_ok=True)
     path = os.path.join(args.out, "bench_train_cpu.json")
@@ -167,7 +167,7 @@ def _run(args) -> int:
 
 def _command(s, args) -> str:
     """The command line that reproduces these settings."""
-    parts = ["python -m tostnp bench"]
+    parts = [how_to_run("bench")]
     if s["quick"]:
         parts.append("--quick")
     parts.append("--sizes " + " ".join(map(str, s["sizes"])))

@@ -3,9 +3,48 @@ from __future__ import annotations
 
 import argparse
 import math
+import os
+import shlex
+import shutil
 import sys
 
 from .. import backend
+
+
+LAUNCHER_ENV = "TOSTNP_LAUNCHER"   # set by run.py to the way it was started ("python3 run.py")
+
+
+def how_to_run(*args: str) -> str:
+    """The command line that runs tostnp ``args`` the way this process was started.
+
+    ``python3 run.py ...`` under the quick-start launcher (it sets ``TOSTNP_LAUNCHER``);
+    ``tostnp ...`` from the console script of an installed wheel; otherwise this Python
+    ``-m tostnp`` -- by its name when the shell finds this very interpreter under that name
+    (``python3``), else by its path (``.venv/bin/python``), so that the line works as printed.
+    Every command the CLI prints as advice is built here.
+    """
+    prefix = os.environ.get(LAUNCHER_ENV, "").strip()
+    if not prefix:
+        argv0 = os.path.basename(sys.argv[0]) if sys.argv and sys.argv[0] else ""
+        if os.path.splitext(argv0)[0] in ("tostnp", "tostnp-script"):
+            prefix = "tostnp"
+        else:
+            prefix = f"{_python_name()} -m tostnp"
+    return " ".join([prefix, *(shlex.quote(str(a)) for a in args if str(a))])
+
+
+def _python_name() -> str:
+    exe = sys.executable or "python3"
+    real = os.path.realpath(exe)
+    for name in ("python3", "python", os.path.basename(exe)):
+        found = shutil.which(name)
+        if found and os.path.realpath(found) == real and os.path.abspath(found) == os.path.abspath(exe):
+            return name
+    try:
+        rel = os.path.relpath(exe)
+    except ValueError:                      # another drive (Windows)
+        return shlex.quote(exe)
+    return shlex.quote(rel if not rel.startswith("..") else exe)
 
 
 def add_device_argument(parser) -> None:
@@ -79,5 +118,5 @@ def check_run_has_data(kind: str, config: dict, path: str) -> None:
     if config.get(key, "") is None:
         what = "dataset" if kind == "vision" else "tokenizer"
         raise ValueError(f"{path} holds imported weights without a {what}; import again with "
-                         f"'python -m tostnp convert FILE DIR --like RUN' to take the {what} "
+                         f"'{how_to_run('convert', 'FILE', 'DIR', '--like', 'RUN')}' to take the {what} "
                          f"from a tostnp run (the Python API load_model works as is)")
