@@ -1,0 +1,82 @@
+"""Command line: ``python -m tostnp <command> --help`` (or ``tostnp``, or ``python3 run.py``).
+
+Each command lives in its own module, which provides ``add_arguments(parser)`` and
+``run(args) -> int`` (the exit status).
+"""
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+
+# command -> (module, one-line help)
+COMMANDS = {
+    "verify": ("tostnp.cli.verify_command", "check every identity of the derivation numerically (float64)"),
+    "train": ("tostnp.cli.train_command", "train a ToST vision model or language model"),
+    "evaluate": ("tostnp.cli.evaluate_command", "evaluate a saved checkpoint"),
+    "sample": ("tostnp.cli.sample_command", "generate text from a language-model checkpoint"),
+    "figures": ("tostnp.cli.figures_command", "interpretability figures from a vision checkpoint"),
+    "convert": ("tostnp.cli.convert_command",
+                "exchange weights with the published PyTorch ToST (.safetensors)"),
+    "bench": ("tostnp.cli.bench_command", "benchmark TSSA against softmax and linear attention"),
+    "exercises": ("tostnp.cli.exercises_command", "exercise notebooks: start, check, build, grade"),
+    "experiment": ("tostnp.cli.experiment_command",
+                   "run an experiment that answers the reviewers (mixers compared, over seeds)"),
+}
+
+
+class _Parser(argparse.ArgumentParser):
+    """Bad options: one line ``error: ...`` naming the option, exit 2 (no usage dump)."""
+
+    def error(self, message):
+        self.exit(2, f"error: {message} (see: {self.prog} --help)\n")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    from .cli.options import how_to_run
+    prog = how_to_run()        # python3 run.py / tostnp / .venv/bin/python -m tostnp, as started
+    parser = _Parser(
+        prog=prog,
+        description="tostnp: the Token Statistics Transformer from scratch, derived and verified.")
+    sub = parser.add_subparsers(dest="command", metavar="command")
+    sub.required = True
+    for name, (modname, help_) in COMMANDS.items():
+        mod = importlib.import_module(modname)
+        # the examples in a command's docstring are shown the way this process was started
+        doc = (mod.__doc__ or help_).strip().replace("python -m tostnp", prog)
+        p = sub.add_parser(name, help=help_, description=doc,
+                           formatter_class=argparse.RawDescriptionHelpFormatter)
+        mod.add_arguments(p)
+        p.set_defaults(_run=mod.run)
+    return parser
+
+
+def main(argv=None) -> int:
+    """Run a command. Expected failures print one line ``error: ...`` (never a traceback):
+    bad input, files and checkpoints exit 2; a diverged training run exits 1; SIGINT/SIGTERM
+    during training save a checkpoint and exit 130/143."""
+    args = build_parser().parse_args(argv)
+    from .train.loop import TrainingInterrupted, TrainingDiverged
+    try:
+        return int(args._run(args) or 0)
+    except TrainingInterrupted as e:
+        from .cli.options import how_to_run
+        cmd = how_to_run(args.command, getattr(args, "model", "") or "", "--out", e.out_dir,
+                         "--resume")
+        print(f"interrupted: {e}; resume with: {cmd}", file=sys.stderr)
+        return e.exit_code
+    except TrainingDiverged as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 1
+    except (OSError, ValueError, TypeError, KeyError) as e:
+        msg = e.args[0] if isinstance(e, KeyError) and e.args else e
+        print(f"error: {msg}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("interrupted (a second Ctrl-C stops at once; the last checkpoint, if any, "
+              "is complete)", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

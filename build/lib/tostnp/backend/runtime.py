@@ -1,0 +1,90 @@
+"""The CPU runtime: the fast-path switch, thread counts and the allocator setting.
+
+The one place where the fast path is chosen: layers ask ``fast = backend.fused(xp)``.
+"""
+from __future__ import annotations
+
+import contextlib
+import os
+
+
+_NUMPY_NAMES = ("numpy", "array_api_compat.numpy")
+_fast_on = os.environ.get("TOSTNP_FAST", "1") != "0"
+
+
+def fused(xp):
+    """The NumPy fast kernels (module :mod:`tostnp.backend.kernels`) for namespace ``xp``, or None.
+
+    Layers ask ``fast = backend.fused(xp)`` and run ``fast.<op>`` when it is not None, the
+    plain array-API code otherwise. None for CuPy, ``array_api_strict`` and any other
+    namespace, and for NumPy too after ``set_fast(False)`` (or with ``TOSTNP_FAST=0`` in the
+    environment), which is how tests compare the two paths.
+    """
+    if _fast_on and getattr(xp, "__name__", None) in _NUMPY_NAMES:
+        from . import kernels as _fused
+        return _fused
+    return None
+
+
+def set_fast(on: bool) -> bool:
+    """Switch the NumPy fast path on or off for the whole process; returns the old setting."""
+    global _fast_on
+    old, _fast_on = _fast_on, bool(on)
+    return old
+
+
+def cpu_cores() -> int:
+    """CPU cores this process may run on (its affinity set where the OS reports one)."""
+    try:
+        return len(os.sched_getaffinity(0)) or 1
+    except (AttributeError, OSError):
+        return os.cpu_count() or 1
+
+
+@contextlib.contextmanager
+def threads(n: int | None):
+    """CPU threads inside the ``with`` block: BLAS's (OpenBLAS/MKL, via threadpoolctl) and the
+    fast path's (:func:`tostnp.backend.kernels.set_threads`: its kernels split their arrays into pieces
+    and run them on this many threads; NumPy's own elementwise operations use one).
+
+    ``n`` None or 0 leaves the defaults alone (the library's for BLAS, one thread for the fast
+    path).
+    """
+    if not n:
+        yield
+        return
+    if isinstance(n, bool) or not isinstance(n, int) or n < 0:
+        raise ValueError(f"threads must be a positive int (or 0 for the default), got {n!r}")
+    from threadpoolctl import threadpool_limits
+    from . import kernels as _fused
+    old = _fused.set_threads(n)
+    try:
+        with threadpool_limits(limits=n, user_api="blas"):
+            yield
+    finally:
+        _fused.set_threads(old)
+
+
+def keep_freed_memory() -> bool:
+    """Ask glibc's allocator to keep freed memory in the process (Linux/glibc only).
+
+    By default glibc serves every allocation above a threshold (128 KiB, growing to at most
+    32 MiB) with a fresh ``mmap`` and unmaps it on free, so each training step faults in its
+    activations page by page again (the kernel zeroes every page). Raising the mmap threshold to
+    its maximum and disabling the trimming of the heap's top keeps freed arrays for reuse.
+    Arrays above 32 MiB are still mapped fresh. Returns True when the settings were applied.
+    Process-wide and idempotent; :func:`tostnp.train.loop.train` and ``bench --train`` call it.
+    """
+    try:
+        import ctypes
+        import ctypes.util
+        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
+        mallopt = libc.mallopt
+    except (OSError, AttributeError):
+        return False
+    M_TRIM_THRESHOLD, M_MMAP_THRESHOLD = -1, -3
+    ok = mallopt(M_MMAP_THRESHOLD, 32 * 1024 * 1024)
+    ok &= mallopt(M_TRIM_THRESHOLD, 2 ** 31 - 1)
+    return bool(ok)
+
+

@@ -1,0 +1,1 @@
+"""Subcommands of the CLI (train, evaluate, sample, figures)."""

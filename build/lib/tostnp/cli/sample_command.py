@@ -1,0 +1,66 @@
+"""Generate text from a language-model checkpoint with the O(1)-per-token recurrent decoder.
+
+    python -m tostnp sample --checkpoint runs/lm --prompt "The " --length 300 --temperature 0.8
+
+Each layer carries its TSSA prefix statistics, so every new character costs the same time
+however long the context is. Seeded: the same --seed gives the same text. The text goes to
+standard output; the sample's word rate (the share of its words of four or more letters that
+occur in the training text, see tostnp/analysis/wordrate.py) goes to standard error.
+"""
+from __future__ import annotations
+
+import sys
+
+from .options import add_device_argument, get_xp_or_exit, NONNEG_INT, POSITIVE_INT, NONNEG_FLOAT, \
+    check_run_has_data
+
+
+def add_arguments(parser) -> None:
+    parser.add_argument("--checkpoint", required=True,
+                        help="run directory or checkpoint prefix of an LM run")
+    parser.add_argument("--prompt", default="\n", help="text to continue [a newline]")
+    parser.add_argument("--length", type=NONNEG_INT, default=200, help="characters to generate [200]")
+    parser.add_argument("--temperature", type=NONNEG_FLOAT, default=0.8,
+                        help="softmax temperature; 0 = greedy [0.8]")
+    parser.add_argument("--top-k", type=POSITIVE_INT, default=None, help="sample from the k most likely")
+    parser.add_argument("--seed", type=NONNEG_INT, default=0, help="sampling seed [0]")
+    parser.add_argument("--text", default=None,
+                        help="the training text file, for the word rate (default: as trained)")
+    add_device_argument(parser)
+
+
+def run(args) -> int:
+    xp = get_xp_or_exit(args.device)
+    if xp is None:
+        return 2
+    from ..data import tokenizer_from_dict
+    from ..models import load_model
+    from ..analysis.wordrate import sample_text
+    try:
+        kind, cfg, params, config = load_model(args.checkpoint, xp=xp)
+        if kind != "lm":
+            raise ValueError(f"sample needs a language-model checkpoint; this one is {kind!r}")
+        check_run_has_data(kind, config, args.checkpoint)
+        tok = tokenizer_from_dict(config["tokenizer"])
+        if not args.prompt:
+            raise ValueError("--prompt must contain at least one character")
+        tok.encode(args.prompt)                           # every character known?
+        if args.length < 0:
+            raise ValueError(f"--length must be >= 0, got {args.length}")
+        text = sample_text(params, cfg, tok, args.prompt, args.length,
+                           temperature=args.temperature, top_k=args.top_k, seed=args.seed)
+    except (FileNotFoundError, ValueError) as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    print(args.prompt + text)
+    from ..analysis.wordrate import vocabulary, word_rate
+    from .options import lm_training_text
+    try:
+        known = vocabulary(lm_training_text(config, tok, args.text))
+    except (FileNotFoundError, ValueError, OSError, RuntimeError) as e:
+        print(f"(no word rate: {e})", file=sys.stderr)
+        return 0
+    r = word_rate(text, known, prompt=args.prompt)
+    print(f"word rate {r['rate']:.1%}: {r['known']} of the {r['words']} words of >= 4 letters "
+          f"in the generated text occur in the training text", file=sys.stderr)
+    return 0

@@ -1,0 +1,388 @@
+"""Train a ToST model: ``train vision`` (digits by default) or ``train lm`` (subword tokens,
+BPE, by default; ``--tokenizer char`` for one token per character).
+
+Examples::
+
+    python -m tostnp train vision                          # digits, a minute or two on a CPU
+    python -m tostnp train vision --data mnist --data-dir ~/data/mnist --config tiny-mnist
+    python -m tostnp train lm                              # default corpus: Python's docs
+    python -m tostnp train vision --out runs/digits --resume   # continue a stopped run
+
+Every run directory gets metrics.jsonl, curves.png and checkpoint.{npz,json}; a vision run also
+gets the interpretability figures (memberships.png, compression.png). ``--resume`` takes the
+model and training settings from the checkpoint and continues bit-identically.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+from dataclasses import replace
+
+from .. import backend
+from ..models import configs as C
+from ..train.seeds import parse_seeds
+from ..nn.mixers import MIXERS
+from .train_seeds import train_over_seeds
+from .options import (add_device_argument, get_xp_or_exit, POSITIVE_INT, NONNEG_INT,
+                      POSITIVE_FLOAT, NONNEG_FLOAT, check_run_has_data)
+
+def add_arguments(parser) -> None:
+    sub = parser.add_subparsers(dest="model", metavar="{vision,lm}")
+    sub.required = True
+    v = sub.add_parser("vision", help="image classifier (sklearn digits by default)",
+                       description="Train a ToST image classifier; prints the test accuracy and "
+                                   "writes the checkpoint and figures to --out.")
+    v.add_argument("--config", default="tiny-digits", choices=sorted(C.VISION_CONFIGS),
+                   help="model preset [tiny-digits]")
+    v.add_argument("--data", default="digits", choices=["digits", "mnist", "cifar10"],
+                   help="dataset [digits]; mnist/cifar10 read local files from --data-dir")
+    v.add_argument("--data-dir", default=None, help="directory with the MNIST/CIFAR-10 files")
+    v.add_argument("--epochs", type=POSITIVE_INT, default=None, help="training epochs (preset default)")
+    v.add_argument("--augment-shift", type=NONNEG_INT, default=None,
+                   help="random translation by up to this many pixels (preset default)")
+    v.add_argument("--pool", choices=["cls", "mean"], default=None,
+                   help="class-attention (cls) or mean pooling")
+    v.add_argument("--patch-size", type=POSITIVE_INT, default=None)
+    v.add_argument("--layer-scale-init", type=NONNEG_FLOAT, default=None)
+    v.add_argument("--val-fraction", type=NONNEG_FLOAT, default=0.1,
+                   help="share of each class of the training images held out as the validation "
+                        "set (evaluated during training; the test set only at the end); "
+                        "0 = none [0.1]")
+    v.add_argument("--registers", type=NONNEG_INT, default=None,
+                   help="register tokens mixed with the patches, dropped before pooling [0]")
+    v.add_argument("--stem", choices=["linear", "conv"], default=None,
+                   help="patch stem: one linear map per patch, or the published 3x3 stride-2 "
+                        "convolutions with BatchNorm (patch size a power of two) [preset]")
+    v.add_argument("--pos", choices=["learned", "fourier"], default=None,
+                   help="position encoding: learned table, or the published Fourier features "
+                        "[preset]")
+    v.add_argument("--gelu", choices=["tanh", "erf"], default=None,
+                   help="GELU form (the published models use erf) [preset]")
+    v.add_argument("--cab", choices=["published", "cls-only"], default=None,
+                   help="class-attention block: the published XCiT block or CaiT's [published]")
+    _add_common(v, "runs/vision")
+    v.set_defaults(_train=_run_vision)
+
+    m = sub.add_parser("lm", help="causal language model (subword tokens by default)",
+                       description="Train a causal ToST language model on a text file (default: "
+                                   "the Python documentation bundled with Python).")
+    m.add_argument("--config", default="tiny-char", choices=sorted(C.LM_CONFIGS),
+                   help="model size preset [tiny-char] (the name is the size; the tokenizer is "
+                        "--tokenizer's)")
+    m.add_argument("--text", default=None, help="UTF-8 text file [Python's bundled docs]")
+    m.add_argument("--block-size", type=POSITIVE_INT, default=None, help="context length T (tokens)")
+    m.add_argument("--tokenizer", choices=["char", "bpe"], default=None,
+                   help="char: one token per character; bpe: subword tokens learnt on the "
+                        "training text (see tostnp/data/bpe.py) [bpe]")
+    m.add_argument("--vocab-size", type=POSITIVE_INT, default=None,
+                   help="symbols of the bpe tokenizer [preset]")
+    m.add_argument("--layer-scale-init", type=NONNEG_FLOAT, default=None)
+    m.add_argument("--bias", action=argparse.BooleanOptionalAction, default=None,
+                   help="linear biases and LayerNorm shifts (the published training: --no-bias, "
+                        "which also drops tiny-char's LayerNorm shifts) [preset]")
+    m.add_argument("--gelu", choices=["tanh", "erf"], default=None,
+                   help="GELU form (the published models use erf) [preset]")
+    m.add_argument("--eval-batches", type=POSITIVE_INT, default=8,
+                   help="validation batches per evaluation [8]")
+    m.add_argument("--word-rate-samples", type=NONNEG_INT, default=3,
+                   help="samples (prompt 'The ', 1000 characters, seeds 0..N-1) whose word rate "
+                        "is reported at the end; 0 = none [3]")
+    _add_common(m, "runs/lm")
+    m.set_defaults(_train=_run_lm)
+
+
+def _add_common(p, default_out) -> None:
+    p.add_argument("--out", default=default_out, help=f"run directory [{default_out}]")
+    add_device_argument(p)
+    p.add_argument("--steps", type=POSITIVE_INT, default=None, help="optimizer updates (overrides epochs)")
+    p.add_argument("--lr", type=POSITIVE_FLOAT, default=None, help="peak learning rate")
+    p.add_argument("--min-lr", type=NONNEG_FLOAT, default=None, help="final learning rate [lr/10]")
+    p.add_argument("--warmup-steps", type=NONNEG_INT, default=None)
+    p.add_argument("--weight-decay", type=NONNEG_FLOAT, default=None)
+    p.add_argument("--batch-size", type=POSITIVE_INT, default=None)
+    p.add_argument("--width", type=POSITIVE_INT, default=None, help="model width C")
+    p.add_argument("--depth", type=POSITIVE_INT, default=None, help="number of ToST blocks")
+    p.add_argument("--heads", type=POSITIVE_INT, default=None, help="number of heads h")
+    p.add_argument("--mixer", default=None, choices=list(MIXERS),
+                   help="token mixer of every block: tssa (ToST), tssa-uniform (Pi fixed to "
+                        "1/h), softmax, flash (softmax in O(N) memory), linear [tssa]")
+    p.add_argument("--seed", type=NONNEG_INT, default=0, help="seed for init and data order [0]")
+    p.add_argument("--seeds", default=None, metavar="LIST",
+                   help="run once per seed, e.g. 0-4 or 0,2,7: each run in --out/seed-S, then "
+                        "mean ± sd over the seeds (printed and written to --out/seeds.json)")
+    p.add_argument("--eval-every", type=NONNEG_INT, default=None, help="evaluate every N updates")
+    p.add_argument("--checkpoint-every", type=NONNEG_INT, default=None,
+                   help="checkpoint every N updates, and always at the end and on Ctrl-C "
+                        "(0 = only then) [every 5%% of the run]")
+    p.add_argument("--stop-at", type=POSITIVE_INT, default=None,
+                   help="stop after N updates (keeping the full schedule) and checkpoint; "
+                        "continue later with --resume")
+    p.add_argument("--resume", action="store_true",
+                   help="continue the run in --out from its checkpoint (settings from there)")
+    p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    p.add_argument("--threads", "--blas-threads", dest="threads", type=POSITIVE_INT, default=None,
+                   help="CPU threads for the matrix products (BLAS) [all cores]; "
+                        "--blas-threads is the old name")
+
+
+def run(args) -> int:
+    xp = get_xp_or_exit(args.device)
+    if xp is None:
+        return 2
+    seeds = None
+    if args.seeds is not None:
+        try:
+            seeds = parse_seeds(args.seeds)
+        except ValueError as e:
+            print(f"error: --seeds: {e}", file=sys.stderr)
+            return 2
+    kind = "vision" if args._train is _run_vision else "lm"
+    job = (lambda: train_over_seeds(args, xp, seeds, kind)) if seeds else \
+        (lambda: args._train(args, xp)[0])
+    n = backend.cpu_cores() if args.threads is None else args.threads
+    # freed activations stay in the process for the next step instead of being unmapped and
+    # faulted in (zeroed by the kernel) again: measured in `python -m tostnp bench --train`
+    backend.keep_freed_memory()
+    with backend.threads(n):
+        return job()
+
+
+def _given(value, default):
+    """The option's value when given (0 included: it is validated, never silently replaced)."""
+    return default if value is None else value
+
+
+def _field(config, key, typ, out):
+    v = config.get(key)
+    if isinstance(v, bool) or not isinstance(v, typ) or (typ is int and v < 0):
+        raise ValueError(f"checkpoint in {out}: {key!r} must be a {typ.__name__}"
+                         f"{' >= 0' if typ is int else ''}, got {v!r}")
+    return v
+
+
+def _load_resume_config(args, kind):
+    """(config dict, TrainConfig, model cfg) of the checkpoint in --out, all validated."""
+    from ..models import read_model_checkpoint
+    from ..models.configs import dataclass_from_dict
+    from ..train.loop import TrainConfig
+    prefix = os.path.join(args.out, "checkpoint")
+    if not os.path.isfile(prefix + ".npz"):
+        raise FileNotFoundError(f"--resume: no checkpoint in {args.out}")
+    _, cfg, _, config, _, _ = read_model_checkpoint(prefix, expect_kind=kind)
+    check_run_has_data(kind, config, args.out)       # imported weights need --like data
+    known = {"steps", "batch_size", "lr", "min_lr", "warmup_steps", "weight_decay", "beta1",
+             "beta2", "grad_clip", "eval_every", "log_every", "checkpoint_every", "seed"}
+    train = config.get("train")
+    if not isinstance(train, dict):
+        raise ValueError(f"checkpoint {prefix}.npz has no training settings ('train')")
+    tcfg = dataclass_from_dict(TrainConfig, {k: v for k, v in train.items() if k in known},
+                            f"checkpoint {prefix}.npz: train config")
+    return config, replace(tcfg, stop_at=args.stop_at).validate(), cfg
+
+
+def _say(args, text) -> None:
+    if not getattr(args, "quiet", False):
+        print(text)
+
+
+def _train(task, tcfg, args, params0):
+    """Run the training loop -> (the last evaluation record, or None when the run stopped
+    early; the trained parameters; the process CPU time (all its threads) and the wall time of
+    training); says how to continue a stopped run."""
+    from ..train.loop import train
+    c0, t0 = time.process_time(), time.perf_counter()
+    res = train(task, tcfg, args.out, resume=args.resume, progress=not args.no_progress,
+                init_params=params0)
+    cpu, wall = time.process_time() - c0, time.perf_counter() - t0
+    evals = [r for r in res["metrics"] if r["kind"] == "eval"]
+    if res["step"] == tcfg.steps and evals:
+        return evals[-1], res["params"], cpu, wall
+    from .options import how_to_run
+    print(f"stopped at step {res['step']} of {tcfg.steps} after {wall:.1f} s; resume with: "
+          + how_to_run("train", args.model, "--out", args.out, "--resume"))
+    return None, res["params"], cpu, wall
+
+
+def _finish(args, kind, result) -> None:
+    """Write the run's final numbers to <out>/result.json (atomically)."""
+    from ..io.atomic import atomic_write_text
+    result = {"task": kind, "seed": args.seed, **result,
+              "loadavg_1min_end": os.getloadavg()[0]}
+    atomic_write_text(os.path.join(args.out, "result.json"), json.dumps(result, indent=1) + "\n")
+
+
+def _run_vision(args, xp):
+    """One vision run -> (exit status, result dict or None)."""
+    from ..data import split_validation
+    from ..data import load_vision_data
+    from ..train.tasks import VisionTask
+    from ..models.vision import describe
+    from ..train.loop import TrainConfig
+    if args.resume:
+        config, tcfg, cfg = _load_resume_config(args, "vision")
+        data_name = _field(config, "data", str, args.out)
+        data_dir = config.get("data_dir")
+        if data_dir is not None and not isinstance(data_dir, str):
+            raise ValueError(f"checkpoint in {args.out}: 'data_dir' must be a string or null")
+        shift = _field(config, "augment_shift", int, args.out)
+        val_fraction = config.get("val_fraction", 0.0)
+    else:
+        d = C.get_vision_train_preset(args.config)
+        cfg = C.get_vision_config(args.config, width=args.width, depth=args.depth,
+                                  num_heads=args.heads, pool=args.pool,
+                                  patch_size=args.patch_size,
+                                  layer_scale_init=args.layer_scale_init, mixer=args.mixer,
+                                  num_registers=args.registers, stem=args.stem, pos=args.pos,
+                                  gelu=args.gelu, cab=args.cab)
+        data_name = args.data
+        data_dir = os.path.abspath(args.data_dir) if args.data_dir else None
+        shift = d.augment_shift if args.augment_shift is None else args.augment_shift
+        val_fraction = args.val_fraction
+        if not 0.0 <= val_fraction < 1.0:
+            print(f"error: --val-fraction must be in [0, 1), got {val_fraction}",
+                  file=sys.stderr)
+            return 2, None
+    try:
+        data = load_vision_data(data_name, data_dir)
+        val = None
+        if val_fraction > 0:
+            X_fit, y_fit, X_val, y_val = split_validation(data[0], data[1], val_fraction,
+                                                          seed=args.seed)
+            data, val = (X_fit, y_fit, data[2], data[3]), (X_val, y_val)
+    except (FileNotFoundError, ValueError, OSError) as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2, None
+    if not args.resume:
+        bs = min(_given(args.batch_size, d.batch_size), len(data[0]))
+        spe = len(data[0]) // bs
+        epochs = _given(args.epochs, d.epochs)
+        steps = _given(args.steps, epochs * spe)
+        warm = args.warmup_steps if args.warmup_steps is not None else \
+            min(d.warmup_epochs * spe, steps)
+        tcfg = TrainConfig(steps=steps, batch_size=bs, lr=_given(args.lr, d.lr),
+                           min_lr=args.min_lr, warmup_steps=min(warm, steps),
+                           weight_decay=d.weight_decay if args.weight_decay is None
+                           else args.weight_decay,
+                           eval_every=args.eval_every if args.eval_every is not None else
+                           max(steps // 5, 1),
+                           log_every=max(spe // 4, 1), checkpoint_every=args.checkpoint_every,
+                           seed=args.seed, stop_at=args.stop_at).validate()
+    task = VisionTask(cfg, data, batch_size=tcfg.batch_size, seed=tcfg.seed, augment_shift=shift,
+                      xp=xp, data_name=data_name, val=val,
+                      extra_meta={"data_dir": data_dir, "val_fraction": val_fraction})
+    params0 = task.init_params(backend.RNG(tcfg.seed))     # printed, then trained from
+    _say(args, describe(cfg, params0))
+    n_val = 0 if val is None else len(val[1])
+    _say(args, f"data: {data_name}, {len(data[0])} train / {n_val} validation (held out of the "
+               f"training images) / {len(data[2])} test images; {tcfg.steps} steps of batch "
+               f"{tcfg.batch_size} ({tcfg.steps / task.steps_per_epoch:.1f} epochs), "
+               f"lr {tcfg.lr}")
+    e, params, cpu, wall = _train(task, tcfg, args, params0)
+    if e is None:
+        return 0, None
+    result = dict(task.evaluate_test(params), steps=tcfg.steps,
+                  train_cpu_s=round(cpu, 2), train_wall_s=round(wall, 2))
+    if val is not None:
+        result.update(val_loss=e["val_loss"], val_acc=e["val_acc"])
+        _say(args, f"validation accuracy: {result['val_acc']:.4f} ({n_val} images)")
+    _say(args, f"test accuracy: {result['test_acc']:.4f} (test loss {result['test_loss']:.4f}, "
+               f"{len(data[2])} images); training {cpu:.1f} s CPU time, {wall:.1f} s wall time")
+    _finish(args, "vision", result)
+    if cfg.mixer == "tssa":                # the figures read TSSA's memberships
+        from ..analysis.figures import vision_figures
+        paths = vision_figures(os.path.join(args.out, "checkpoint"), args.out, xp=xp)
+        _say(args, "figures: " + ", ".join(paths))
+    _say(args, f"run directory: {args.out} (checkpoint.npz + .json, metrics.jsonl, result.json, "
+               f"curves.png)")
+    return 0, result
+
+
+def _run_lm(args, xp):
+    """One language-model run -> (exit status, result dict or None)."""
+    from ..data import tokenizer_from_dict
+    from ..data import load_lm_text
+    from ..train.tasks import LMTask
+    from ..models.lm import describe
+    from ..train.loop import TrainConfig
+    from ..analysis.wordrate import lm_word_rate
+    if args.word_rate_samples < 0:
+        print(f"error: --word-rate-samples must be >= 0, got {args.word_rate_samples}",
+              file=sys.stderr)
+        return 2, None
+    if args.resume:
+        config, tcfg, cfg = _load_resume_config(args, "lm")
+        text_path = config.get("text_path")
+        if text_path is not None and not isinstance(text_path, str):
+            raise ValueError(f"checkpoint in {args.out}: 'text_path' must be a string or null")
+        tok = tokenizer_from_dict(_field(config, "tokenizer", dict, args.out))
+        eval_batches = config.get("eval_batches", 8)
+        if isinstance(eval_batches, bool) or not isinstance(eval_batches, int) \
+                or eval_batches < 1:
+            raise ValueError(f"checkpoint in {args.out}: 'eval_batches' must be an int >= 1")
+    else:
+        text_path, tok = (os.path.abspath(args.text) if args.text else None), None
+    kind = _given(args.tokenizer, C.LM_TRAIN_PRESET.tokenizer)
+    vocab = _given(args.vocab_size, C.LM_TRAIN_PRESET.vocab_size)
+    try:
+        train_ids, val_ids, tok = load_lm_text(text_path, tokenizer=tok, kind=kind,
+                                               vocab_size=vocab)
+    except (FileNotFoundError, ValueError, OSError, RuntimeError) as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2, None
+    if not args.resume:
+        cfg = C.get_lm_config(args.config, vocab_size=tok.vocab_size, width=args.width,
+                              depth=args.depth, num_heads=args.heads,
+                              block_size=args.block_size,
+                              layer_scale_init=args.layer_scale_init, mixer=args.mixer,
+                              gelu=args.gelu,
+                              **({} if args.bias is None else
+                                 {"bias": args.bias, "ln_bias": args.bias}))
+        d = C.LM_TRAIN_PRESET
+        steps = _given(args.steps, d.steps)
+        tcfg = TrainConfig(steps=steps, batch_size=_given(args.batch_size, d.batch_size),
+                           lr=_given(args.lr, d.lr), min_lr=args.min_lr,
+                           warmup_steps=min(args.warmup_steps if args.warmup_steps is not None
+                                            else d.warmup_steps, steps),
+                           weight_decay=d.weight_decay if args.weight_decay is None
+                           else args.weight_decay,
+                           eval_every=args.eval_every if args.eval_every is not None
+                           else min(d.eval_every, steps),
+                           log_every=10, checkpoint_every=args.checkpoint_every,
+                           seed=args.seed, stop_at=args.stop_at).validate()
+        eval_batches = args.eval_batches
+    name = "Python docs (default corpus)" if text_path is None else os.path.basename(text_path)
+    task = LMTask(cfg, train_ids, val_ids, tok, batch_size=tcfg.batch_size, seed=tcfg.seed,
+                  eval_batches=eval_batches, xp=xp, text_name=name,
+                  extra_meta={"text_path": text_path})
+    params0 = task.init_params(backend.RNG(tcfg.seed))     # printed, then trained from
+    _say(args, describe(cfg, params0))
+    n_tr, n_va = (int(tok.token_lengths[i].sum()) for i in (train_ids, val_ids))
+    per = "" if n_tr == len(train_ids) else \
+        f" = {len(train_ids):,} / {len(val_ids):,} tokens ({n_tr / len(train_ids):.2f} per token)"
+    _say(args, f"text: {name}, {n_tr:,} train / {n_va:,} val characters{per}; tokenizer "
+               f"{tok.to_dict()['type']}, {tok.vocab_size} symbols; unigram baseline "
+               f"{task.unigram['bits']:.3f} bits/char; {tcfg.steps} steps of "
+               f"{tcfg.batch_size} x {cfg.block_size} tokens")
+    e, params, cpu, wall = _train(task, tcfg, args, params0)
+    if e is None:
+        return 0, None
+    result = {"val_loss": e["val_loss"], "val_bpc": e["val_bpc"], "steps": tcfg.steps,
+              "train_cpu_s": round(cpu, 2), "train_wall_s": round(wall, 2)}
+    _say(args, f"validation loss {e['val_loss']:.4f} nats/token = {e['val_bpc']:.3f} bits/char "
+               f"(unigram baseline {task.unigram['bits']:.3f} bits/char); "
+               f"training {cpu:.1f} s CPU time, {wall:.1f} s wall time")
+    n_wr = args.word_rate_samples
+    if n_wr > 0:
+        wr = lm_word_rate(params, cfg, tok, tok.decode(train_ids), seeds=range(n_wr))
+        result.update(word_rate=wr["rate"], word_rate_counts=[wr["known"], wr["words"]])
+        _say(args, f"word rate {wr['rate']:.1%}: {wr['known']} of the {wr['words']} words of "
+                   f">= 4 letters in {n_wr} samples (prompt {wr['prompt']!r}, 1000 characters, "
+                   f"seeds 0-{n_wr - 1}) occur in the training text")
+    _finish(args, "lm", result)
+    from .options import how_to_run
+    _say(args, f"run directory: {args.out}; sample with: "
+               + how_to_run("sample", "--checkpoint", args.out, "--prompt", "The "))
+    return 0, result

@@ -1,0 +1,310 @@
+"""Checkpoints: arrays and metadata in one ``.npz`` (the atomic unit), a readable ``.json`` beside it.
+
+Path convention
+---------------
+A checkpoint is a *prefix* ``P``: ``save_checkpoint("runs/digits/ckpt", ...)`` writes
+
+* ``runs/digits/ckpt.npz``  -- the checkpoint: model parameters under ``params/<name>``, extra
+  arrays (e.g. AdamW moments ``m.<name>``) under ``extra/<name>``, and the metadata (model
+  config, JSON-able training state: step, RNG state, tokenizer, ...) as UTF-8 JSON bytes in the
+  member ``__meta__`` (``np.savez``, uncompressed);
+* ``runs/digits/ckpt.json`` -- a readable copy of that metadata plus the SHA-256 of the ``.npz``
+  bytes, for people and tools.
+
+``P`` may also be given as ``P.npz`` or ``P.json`` (the suffix is dropped). Missing parent
+directories are created.
+
+Safety
+------
+* **One atomic unit.** Everything needed to resume lives in the ``.npz``, written by
+  :func:`tostnp.io.atomic.atomic_path` (a temporary file in the same directory, flushed, ``fsync``-ed,
+  moved into place with one ``os.replace``). A process killed at any instant leaves either the
+  previous checkpoint or the new one, never a mix; the ``.json`` copy is refreshed afterwards,
+  and a stale copy (killed between the two renames) is recognised by its ``save_id`` and ignored.
+  Temporary files left by a killed save are removed by the next save (:func:`clean_temporaries`).
+* **Validated before anything is allocated.** :func:`load_checkpoint` reads the zip directory
+  first: only ``params/*``, ``extra/*`` and ``__meta__`` members, stored uncompressed (a
+  compressed member could inflate without bound), each a ``.npy`` of a plain numeric dtype whose
+  header shape times item size equals the member's size, all of them together at most
+  ``max_bytes``. Zip CRCs detect corrupted bytes; ``allow_pickle`` is never used: a checkpoint is
+  data, never code (an object array is refused).
+
+Arrays come back as host NumPy arrays; move them to a device with
+:func:`tostnp.backend.from_host`.
+"""
+from __future__ import annotations
+
+import dataclasses
+import glob
+import hashlib
+import io
+import json
+import os
+import re
+import uuid
+import zipfile
+
+import numpy as np
+
+from ..backend import to_host
+from .atomic import atomic_path, atomic_write_text
+
+__all__ = ["save_checkpoint", "load_checkpoint", "checkpoint_paths", "resolve_checkpoint",
+           "clean_temporaries", "MAX_CHECKPOINT_BYTES"]
+
+_FORMAT = "tostnp-checkpoint"
+_VERSION = 2            # 2: metadata inside the npz; version 1 (metadata only in the json) loads
+_META = "__meta__"
+# 4 GiB: ~1e9 float32 parameters with their AdamW moments -- far above every preset here
+MAX_CHECKPOINT_BYTES = 4 << 30
+_NAME = re.compile(r"^(params|extra)/[A-Za-z0-9_.\-]{1,200}$")
+# plain numeric dtypes only (no objects, strings, structured or float16 arrays)
+_DTYPES = {np.dtype(t) for t in ("bool", "int8", "int16", "int32", "int64", "uint8", "uint16",
+                                 "uint32", "uint64", "float32", "float64")}
+
+
+def checkpoint_paths(path) -> tuple[str, str]:
+    """``(P.npz, P.json)`` for a prefix ``P`` (a trailing ``.npz``/``.json`` is dropped)."""
+    path = os.fspath(path)
+    for suffix in (".npz", ".json"):
+        if path.endswith(suffix):
+            path = path[: -len(suffix)]
+    if not path or path.endswith(os.sep):
+        raise ValueError(f"checkpoint path must be a file prefix like 'runs/ckpt', got {path!r}")
+    return path + ".npz", path + ".json"
+
+
+def resolve_checkpoint(path) -> str:
+    """A run directory (holding checkpoint.npz/.json) or a checkpoint prefix/file -> the prefix
+    of an existing checkpoint; FileNotFoundError naming what was looked for otherwise."""
+    path = os.fspath(path)
+    if os.path.isdir(path):
+        path = os.path.join(path, "checkpoint")
+    npz_path, json_path = checkpoint_paths(path)
+    prefix = npz_path[: -len(".npz")]
+    if not os.path.isfile(npz_path):
+        raise FileNotFoundError(f"no checkpoint at {prefix!r} (expected {npz_path}, or a run "
+                                f"directory holding checkpoint.npz)")
+    return prefix
+
+
+def clean_temporaries(path) -> list:
+    """Remove the temporary files a killed :func:`save_checkpoint` of prefix ``path`` left behind
+    (:func:`tostnp.io.atomic.atomic_path` names them ``.<name>.<random>.tmp<ext>``).
+
+    Returns the removed paths. Called by every save; call it when a run (re)starts.
+    """
+    removed = []
+    for final in checkpoint_paths(path):
+        d = os.path.dirname(os.path.abspath(final))
+        pattern = glob.escape("." + os.path.basename(final) + ".") + "*.tmp*"
+        for tmp in glob.glob(os.path.join(glob.escape(d), pattern)):
+            try:
+                os.unlink(tmp)
+                removed.append(tmp)
+            except FileNotFoundError:
+                pass
+    return removed
+
+
+def _host_arrays(arrays: dict, what: str) -> dict:
+    out = {}
+    for name, a in arrays.items():
+        if not isinstance(name, str) or not re.fullmatch(r"[A-Za-z0-9_.\-]{1,200}", name):
+            raise TypeError(f"{what} keys must be non-empty str of letters, digits and '._-', "
+                            f"got {name!r}")
+        h = to_host(a)
+        if not isinstance(h, np.ndarray) or np.dtype(h.dtype) not in _DTYPES:
+            raise TypeError(f"{what}[{name!r}] must be a numeric array (bool, int, uint, float32 "
+                            f"or float64), got {type(a).__name__} of dtype "
+                            f"{getattr(h, 'dtype', None)}")
+        out[name] = h
+    return out
+
+
+def _json_default(o):
+    if isinstance(o, np.generic):
+        return o.item()
+    if isinstance(o, np.ndarray) and o.ndim == 0:
+        return o.item()
+    raise TypeError(f"checkpoint config/state values must be JSON-able, got {type(o).__name__} "
+                    f"(put arrays in params or extra_arrays)")
+
+
+def save_checkpoint(path, params: dict, config, extra_arrays: dict | None = None,
+                    state: dict | None = None) -> tuple[str, str]:
+    """Write ``P.npz`` (atomically, the whole checkpoint) and its readable copy ``P.json``.
+
+    See the module docstring. Returns both paths.
+    params / extra_arrays: flat ``{name: array}`` dicts (any backend; copied to the host).
+    config: a dict or a dataclass instance (stored as a dict). state: JSON-able dict
+    (NumPy scalars are converted).
+    """
+    npz_path, json_path = checkpoint_paths(path)
+    if not isinstance(params, dict):
+        raise TypeError(f"params must be a dict of arrays, got {type(params).__name__}")
+    if dataclasses.is_dataclass(config) and not isinstance(config, type):
+        config = dataclasses.asdict(config)
+    if not isinstance(config, dict):
+        raise TypeError(f"config must be a dict or a dataclass instance, got "
+                        f"{type(config).__name__}")
+    extra_arrays = {} if extra_arrays is None else extra_arrays
+    if not isinstance(extra_arrays, dict):
+        raise TypeError(f"extra_arrays must be a dict of arrays or None, got "
+                        f"{type(extra_arrays).__name__}")
+    state = {} if state is None else state
+    if not isinstance(state, dict):
+        raise TypeError(f"state must be a dict or None, got {type(state).__name__}")
+
+    arrays = {f"params/{k}": v for k, v in _host_arrays(params, "params").items()}
+    arrays.update({f"extra/{k}": v for k, v in _host_arrays(extra_arrays, "extra_arrays").items()})
+    # Serialise the JSON part first, so a non-JSON-able value fails before anything is written.
+    meta = {"format": _FORMAT, "version": _VERSION, "config": config, "state": state,
+            "save_id": uuid.uuid4().hex}
+    meta_bytes = json.dumps(meta, default=_json_default, sort_keys=True).encode("utf-8")
+    arrays[_META] = np.frombuffer(meta_bytes, dtype=np.uint8)
+
+    os.makedirs(os.path.dirname(os.path.abspath(npz_path)), exist_ok=True)
+    clean_temporaries(path)
+    with atomic_path(npz_path) as tmp:                  # the commit point: one rename
+        with open(tmp, "wb") as f:
+            np.savez(f, **arrays)
+        h = hashlib.sha256()
+        with open(tmp, "rb") as r:  # hash what is on disk (read back from the page cache)
+            for chunk in iter(lambda: r.read(1 << 20), b""):
+                h.update(chunk)
+    meta.update(npz=os.path.basename(npz_path), npz_sha256=h.hexdigest())
+    atomic_write_text(json_path, json.dumps(meta, default=_json_default, indent=1, sort_keys=True))
+    return npz_path, json_path
+
+
+def _read_sidecar(json_path):
+    """The parsed ``.json`` copy, or None if there is none."""
+    if not os.path.isfile(json_path):
+        return None
+    with open(json_path, "rb") as f:
+        try:
+            meta = json.loads(f.read().decode("utf-8"))
+        except (UnicodeDecodeError, json.JSONDecodeError) as e:
+            raise ValueError(f"checkpoint {json_path!r} is corrupted or truncated "
+                             f"(not valid JSON: {e})") from e
+    if not isinstance(meta, dict) or meta.get("format") != _FORMAT:
+        raise ValueError(f"{json_path!r} is not a tostnp checkpoint")
+    return meta
+
+
+def _read_member(zf, info, npz_path):
+    """One ``.npy`` member, its header checked against its size before the array is built."""
+    raw = zf.read(info)  # checks the member's CRC-32
+    f = io.BytesIO(raw)
+    try:
+        version = np.lib.format.read_magic(f)
+        if version == (1, 0):
+            shape, fortran, dtype = np.lib.format.read_array_header_1_0(f)
+        elif version == (2, 0):
+            shape, fortran, dtype = np.lib.format.read_array_header_2_0(f)
+        else:
+            raise ValueError(f"unsupported .npy version {version}")
+    except ValueError as e:
+        raise ValueError(f"checkpoint {npz_path!r} member {info.filename!r} is not a plain "
+                         f".npy array: {e}") from None
+    if dtype.hasobject:
+        raise ValueError(f"checkpoint {npz_path!r} refused: member {info.filename!r} is an "
+                         f"object (pickled) array; checkpoints hold plain numeric arrays only "
+                         f"and object/pickled arrays are never loaded")
+    if dtype not in _DTYPES:
+        raise ValueError(f"checkpoint {npz_path!r} member {info.filename!r} has dtype {dtype}; "
+                         f"allowed: bool, int8-64, uint8-64, float32, float64")
+    count = 1
+    for s in shape:
+        count *= int(s)
+    if count * dtype.itemsize != len(raw) - f.tell():
+        raise ValueError(f"checkpoint {npz_path!r} member {info.filename!r} declares shape "
+                         f"{shape} ({count * dtype.itemsize} bytes) but holds "
+                         f"{len(raw) - f.tell()} bytes")
+    a = np.frombuffer(raw, dtype=dtype, count=count, offset=f.tell())
+    return a.reshape(shape, order="F" if fortran else "C").copy()
+
+
+def load_checkpoint(path, *, max_bytes: int = MAX_CHECKPOINT_BYTES):
+    """Read a checkpoint written by :func:`save_checkpoint` (or by version 1 of it).
+
+    Returns ``(params, config, extra_arrays, state)``: host NumPy arrays in the two dicts,
+    config and state as saved (JSON round trip: tuples come back as lists).
+    Raises FileNotFoundError if the ``.npz`` (or, for version 1, the ``.json``) is missing and
+    ValueError if anything does not check out: corrupted or truncated bytes, members other than
+    plain numeric arrays, compressed members, more than ``max_bytes`` of arrays, metadata that is
+    not a tostnp checkpoint.
+    """
+    npz_path, json_path = checkpoint_paths(path)
+    if not os.path.isfile(npz_path):
+        raise FileNotFoundError(f"checkpoint file {npz_path!r} does not exist (a checkpoint is "
+                                f"{os.path.basename(npz_path)}, with the readable copy "
+                                f"{os.path.basename(json_path)} beside it)")
+    side = _read_sidecar(json_path)
+    with open(npz_path, "rb") as f:
+        data = f.read()
+    sha = hashlib.sha256(data).hexdigest()
+    corrupt = (f"checkpoint {npz_path!r} is corrupted or truncated")
+    try:
+        zf = zipfile.ZipFile(io.BytesIO(data))
+        infos = zf.infolist()
+    except (zipfile.BadZipFile, OSError, ValueError, EOFError) as e:
+        raise ValueError(f"{corrupt} ({e})") from None
+    names = [i.filename for i in infos]
+    if len(set(names)) != len(names):
+        raise ValueError(f"checkpoint {npz_path!r} refused: duplicate members")
+    total = 0
+    for i in infos:
+        key = i.filename[:-4] if i.filename.endswith(".npy") else None
+        if key is None or not (key == _META or _NAME.match(key)):
+            raise ValueError(f"checkpoint {npz_path!r} refused: unknown member {i.filename!r} "
+                             f"(a checkpoint holds params/<name>, extra/<name> and {_META})")
+        if i.compress_type != zipfile.ZIP_STORED:
+            raise ValueError(f"checkpoint {npz_path!r} refused: member {i.filename!r} is "
+                             f"compressed (tostnp checkpoints are stored uncompressed; a "
+                             f"compressed member could inflate without bound)")
+        total += i.file_size
+    if total > max_bytes:
+        raise ValueError(f"checkpoint {npz_path!r} refused: its arrays declare {total:,} bytes, "
+                         f"more than the limit max_bytes={max_bytes:,}")
+    try:
+        arrays = {i.filename[:-4]: _read_member(zf, i, npz_path) for i in infos}
+    except (zipfile.BadZipFile, EOFError, OSError) as e:
+        raise ValueError(f"{corrupt} ({e})") from None
+
+    meta_arr = arrays.pop(_META, None)
+    if meta_arr is not None:                                   # version 2: metadata inside
+        if meta_arr.dtype != np.uint8 or meta_arr.ndim != 1:
+            raise ValueError(f"checkpoint {npz_path!r} refused: {_META} must be UTF-8 bytes")
+        try:
+            meta = json.loads(meta_arr.tobytes().decode("utf-8"))
+        except (UnicodeDecodeError, json.JSONDecodeError) as e:
+            raise ValueError(f"{corrupt} (metadata is not valid JSON: {e})") from None
+        if side is not None and side.get("save_id") == meta.get("save_id") \
+                and side.get("npz_sha256") != sha:
+            raise ValueError(f"{corrupt}: its SHA-256 does not match the one recorded in "
+                             f"{json_path!r}")
+        # a json copy with another save_id is stale (killed between the two renames): ignored
+    else:                                                      # version 1: metadata in the json
+        if side is None:
+            raise FileNotFoundError(f"checkpoint file {json_path!r} does not exist (a version-1 "
+                                    f"checkpoint is the pair {os.path.basename(npz_path)} + "
+                                    f"{os.path.basename(json_path)})")
+        if side.get("npz_sha256") != sha:
+            raise ValueError(f"{corrupt}: its SHA-256 does not match the one recorded in "
+                             f"{json_path!r}")
+        meta = side
+    if not isinstance(meta, dict) or meta.get("format") != _FORMAT:
+        raise ValueError(f"{npz_path!r} is not a tostnp checkpoint")
+    if meta.get("version") not in (1, _VERSION):
+        raise ValueError(f"{npz_path!r} has checkpoint version {meta.get('version')!r}; this "
+                         f"tostnp reads versions 1 and {_VERSION}")
+    for key in ("config", "state"):
+        if not isinstance(meta.get(key), dict):
+            raise ValueError(f"checkpoint {npz_path!r}: metadata field {key!r} must be a JSON "
+                             f"object, got {type(meta.get(key)).__name__}")
+    params = {k[7:]: a for k, a in arrays.items() if k.startswith("params/")}
+    extra = {k[6:]: a for k, a in arrays.items() if k.startswith("extra/")}
+    return params, meta["config"], extra, meta["state"]
+

@@ -1,0 +1,413 @@
+"""The training loop, free of model details (minGPT style): AdamW, warm-up + cosine, clipping.
+
+A *task* (see :mod:`tostnp.train.tasks`) knows the model and the data; this loop knows only
+
+    batch = task.next_batch()                       # host data, drawn from task's own RNG
+    loss, grads, extra = task.loss_and_grads(params, batch)
+    grads, norm = clip_grad_norm(grads, 1.0)
+    opt.step(grads, lr=lr_schedule(step, ...))
+
+plus periodic evaluation (``task.evaluate(params)``), metrics as JSON lines in
+``<out>/metrics.jsonl``, a loss/accuracy plot ``<out>/curves.png`` and checkpoints
+``<out>/checkpoint.npz`` + ``<out>/checkpoint.json`` (see :mod:`tostnp.io.checkpoint`).
+
+Determinism: every random draw (initialisation, data order, augmentation) comes from seeded
+:class:`tostnp.backend.RNG` objects; the checkpoint stores the parameters, the AdamW moments and
+step, and the task's data state (RNG state, epoch permutation and position). ``resume=True``
+therefore continues bit-identically: the losses after resuming equal those of an uninterrupted
+run (checked in tests/test_train.py). Metrics lines written after the checkpoint by an
+interrupted run are dropped on resume.
+
+Nothing lost, nothing silent:
+
+* checkpoints are written every ``checkpoint_every`` updates (by default every 5% of the run)
+  and at the end, each one atomically (see :mod:`tostnp.io.checkpoint`);
+* SIGINT (Ctrl-C) or SIGTERM: the current update is finished, a checkpoint is saved and
+  :class:`TrainingInterrupted` is raised (the CLI prints how to resume and exits 130 / 143);
+* a NaN/Inf loss or gradient stops the run *before* the update (:class:`TrainingDiverged`,
+  naming the step and the likely causes); the last checkpoint, written from finite weights,
+  is left untouched;
+* a failed write (disk full, read-only directory) raises :class:`TrainingIOError` in one line;
+  the previous checkpoint stays intact;
+* ``metrics.jsonl`` gets whole lines (one ``write`` per record, ``O_APPEND``), and
+  :func:`read_metrics` drops a torn last line with a warning.
+"""
+from __future__ import annotations
+
+import json
+import math
+import os
+import signal
+import threading
+import time
+import warnings
+from dataclasses import dataclass, asdict
+
+from .. import backend
+from ..io import checkpoint as ckpt
+from ..io.atomic import atomic_write_text
+from .optim import AdamW, lr_schedule, clip_grad_norm, default_no_decay
+from ..nn.params import sub, prefixed
+
+__all__ = ["TrainConfig", "train", "read_metrics", "TrainingInterrupted",
+           "TrainingDiverged", "TrainingIOError"]
+
+
+class TrainingInterrupted(Exception):
+    """SIGINT/SIGTERM during :func:`train`: the step finished and a checkpoint was saved.
+
+    Attributes: step, signum, exit_code (130 for SIGINT, 143 for SIGTERM), out_dir.
+    """
+
+    def __init__(self, step: int, signum: int, out_dir: str):
+        self.step, self.signum, self.out_dir = step, signum, out_dir
+        self.exit_code = 128 + int(signum)
+        name = signal.Signals(signum).name
+        super().__init__(f"{name} received: stopped after step {step} and saved the checkpoint "
+                         f"in {out_dir}")
+
+
+class TrainingDiverged(FloatingPointError):
+    """A NaN/Inf loss or gradient: stopped before the update; the last checkpoint is untouched."""
+
+
+class TrainingIOError(OSError):
+    """Writing the run directory failed (disk full, read-only, ...); earlier checkpoints are intact."""
+
+
+@dataclass(frozen=True)
+class TrainConfig:
+    """Optimisation settings (defaults as published for ToST: AdamW betas (0.9, 0.95), cosine to
+    max_lr / 10, clip 1.0).
+
+    steps: total optimizer updates (the schedule's length); stop_at: stop early after this many
+    updates, saving a checkpoint (for resuming; None = run to ``steps``); eval_every / log_every:
+    in updates (0 = only at the end); checkpoint_every: in updates (0 = only at the end).
+    """
+    steps: int = 1000
+    batch_size: int = 64
+    lr: float = 1e-3
+    min_lr: float | None = None
+    warmup_steps: int = 100
+    weight_decay: float = 0.05
+    beta1: float = 0.9
+    beta2: float = 0.95
+    grad_clip: float = 1.0
+    eval_every: int = 200
+    log_every: int = 10
+    checkpoint_every: int | None = None
+    seed: int = 0
+    stop_at: int | None = None
+
+    def validate(self) -> "TrainConfig":
+        def integer(f, lo, none_ok=False):
+            v = getattr(self, f)
+            if v is None and none_ok:
+                return
+            if isinstance(v, bool) or not isinstance(v, int) or v < lo:
+                raise ValueError(f"{f} must be an int >= {lo}, got {v!r}")
+
+        def real(f, lo, strict, none_ok=False):
+            v = getattr(self, f)
+            if v is None and none_ok:
+                return
+            ok = isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) \
+                and (v > lo if strict else v >= lo)
+            if not ok:
+                raise ValueError(f"{f} must be a finite number {'>' if strict else '>='} {lo}, "
+                                 f"got {v!r}")
+        for f in ("steps", "batch_size"):
+            integer(f, 1)
+        for f in ("warmup_steps", "eval_every", "log_every", "seed"):
+            integer(f, 0)
+        integer("checkpoint_every", 0, none_ok=True)
+        integer("stop_at", 1, none_ok=True)
+        if not self.warmup_steps <= self.steps:
+            raise ValueError(f"warmup_steps must be in [0, steps={self.steps}], "
+                             f"got {self.warmup_steps}")
+        real("lr", 0.0, True)
+        real("min_lr", 0.0, False, none_ok=True)
+        real("weight_decay", 0.0, False)
+        real("grad_clip", 0.0, True)
+        for f in ("beta1", "beta2"):
+            v = getattr(self, f)
+            if isinstance(v, bool) or not isinstance(v, (int, float)) or not 0 <= v < 1:
+                raise ValueError(f"{f} must be in [0, 1), got {v!r}")
+        return self
+
+    @property
+    def checkpoint_interval(self) -> int:
+        """Updates between checkpoints (0: only at the end)."""
+        if self.checkpoint_every is None:
+            return max(self.steps // 20, 1)
+        return self.checkpoint_every
+
+    @property
+    def final_lr(self) -> float:
+        return self.lr / 10 if self.min_lr is None else self.min_lr
+
+
+def read_metrics(path: str) -> list:
+    """The records of a metrics.jsonl file (a list of dicts).
+
+    A torn last line (a run killed, or a disk that filled up, in the middle of a write) is
+    dropped with a warning; a bad line anywhere else raises ValueError naming the line.
+    """
+    with open(path, "rb") as f:
+        lines = f.read().split(b"\n")
+    records = []
+    last = max((i for i, ln in enumerate(lines) if ln.strip()), default=-1)
+    for i, ln in enumerate(lines):
+        if not ln.strip():
+            continue
+        try:
+            rec = json.loads(ln.decode("utf-8"))
+            if not isinstance(rec, dict) or not isinstance(rec.get("step"), int):
+                raise ValueError("not a record with an integer 'step'")
+        except (UnicodeDecodeError, ValueError) as e:
+            if i == last:
+                warnings.warn(f"{path}: dropped a torn last line ({len(ln)} bytes): {e}",
+                              RuntimeWarning, stacklevel=2)
+                break
+            raise ValueError(f"{path}, line {i + 1}: not a metrics record ({e})") from None
+        records.append(rec)
+    return records
+
+
+class _MetricsFile:
+    """Append-only metrics.jsonl: each record is ONE ``os.write`` of a whole line (O_APPEND)."""
+
+    def __init__(self, path):
+        self.fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+
+    def write(self, rec: dict) -> None:
+        data = (json.dumps(rec) + "\n").encode("utf-8")
+        n = os.write(self.fd, data)
+        if n != len(data):  # a short write (disk full): the line is torn, say so
+            raise OSError(28, f"short write to metrics.jsonl ({n} of {len(data)} bytes)")
+
+    def close(self):
+        os.close(self.fd)
+
+
+def _all_finite(params) -> bool:
+    xp = None
+    for v in params.values():
+        xp = xp or backend.namespace(v)
+        if not bool(xp.all(xp.isfinite(v))):
+            return False
+    return True
+
+
+def _divergence_message(step, loss_f, gnorm, batch, params, records, lr) -> str:
+    """Name the step and the likely causes (the --lr hint only where it fits)."""
+    causes = []
+    if not _all_finite(params):
+        causes.append("the weights already hold NaN/Inf")
+    bad_data = False
+    for part in (batch if isinstance(batch, (tuple, list)) else (batch,)):
+        try:
+            xp = backend.namespace(part)
+            if xp.isdtype(part.dtype, "real floating") and not bool(xp.all(xp.isfinite(part))):
+                bad_data = True
+        except Exception:  # not an array: nothing to check
+            pass
+    if bad_data:
+        causes.append("the data batch contains NaN/Inf (check the input files)")
+    losses = [r["loss"] for r in records if r.get("kind") == "train"]
+    rising = len(losses) >= 2 and losses[-1] > 1.5 * min(losses)
+    big_grad = math.isinf(gnorm) or (math.isfinite(gnorm) and gnorm > 1e3)
+    if not bad_data and (rising or big_grad):
+        causes.append(f"the learning rate is too high for this model (lr {lr:.3g} at this step; "
+                      f"the loss was rising or the gradient exploding): try a smaller --lr")
+    if not causes:
+        causes.append("an overflow of float32 (a value beyond 3.4e38) in the forward or "
+                      "backward pass, or a custom task returning a non-finite loss")
+    return (f"training diverged at step {step}: loss {loss_f}, gradient norm {gnorm}; stopped "
+            f"before the update, the last checkpoint is untouched. Likely cause: "
+            + "; or ".join(causes))
+
+
+def _float(x) -> float:
+    return float(x)  # 0-d array on any device -> host float (one transfer)
+
+
+def train(task, tcfg: TrainConfig, out_dir: str, *, resume: bool = False,
+          progress: bool = True, plot: bool = True, init_params: dict | None = None) -> dict:
+    """Train ``task``'s model; returns {"params", "metrics" (list of records), "step"}.
+
+    out_dir receives metrics.jsonl, checkpoint.npz (+ its readable .json) and curves.png. With
+    ``resume``, the run continues from ``out_dir/checkpoint.npz`` (same task and config
+    expected). ``init_params``: the result of ``task.init_params(backend.RNG(tcfg.seed))`` when
+    the caller already made it (it is used as given; default: made here). Raises
+    TrainingInterrupted (SIGINT/SIGTERM, after saving), TrainingDiverged (NaN/Inf, before the
+    update) or TrainingIOError (a failed write; see the module docstring).
+    """
+    tcfg.validate()
+    backend.keep_freed_memory()   # reuse freed activations: no fresh pages every step
+    try:
+        os.makedirs(out_dir, exist_ok=True)
+    except OSError as e:
+        raise TrainingIOError(e.errno, f"cannot create the run directory {out_dir!r}: "
+                                       f"{e.strerror or e}") from None
+    ckpt_path = os.path.join(out_dir, "checkpoint")                     # prefix: .npz + .json
+    metrics_path = os.path.join(out_dir, "metrics.jsonl")
+    xp, device, dtype = task.xp, task.device, task.dtype
+    ckpt.clean_temporaries(ckpt_path)       # left by a run killed while saving
+
+    if resume:
+        if not os.path.exists(ckpt_path + ".npz"):
+            raise FileNotFoundError(f"--resume: no checkpoint at {ckpt_path}.npz")
+        host, config, extra, state = ckpt.load_checkpoint(ckpt_path)
+        start = _check_resume_state(state, tcfg, ckpt_path)
+        params = {k: backend.from_host(xp, v, dtype=dtype, device=device)
+                  for k, v in host.items()}
+        opt = _make_opt(params, tcfg)
+        try:
+            opt.load_state_dict({"step": state["opt_step"], "arrays": sub(extra, "opt")})
+            if state["data_state"] is not None:  # None: imported weights (tostnp convert),
+                task.set_data_state(state["data_state"], sub(extra, "data"))  # fresh data order
+        except (KeyError, TypeError, ValueError) as e:
+            raise ValueError(f"checkpoint {ckpt_path}.npz cannot be resumed: "
+                             f"{e.args[0] if e.args else e}") from None
+        records = [r for r in read_metrics(metrics_path) if r["step"] <= start] \
+            if os.path.exists(metrics_path) else []
+        _write_or_fail(lambda: atomic_write_text(
+            metrics_path, "".join(json.dumps(r) + "\n" for r in records)), "metrics.jsonl")
+    else:
+        params = task.init_params(backend.RNG(tcfg.seed)) if init_params is None \
+            else init_params
+        opt = _make_opt(params, tcfg)
+        start, records = 0, []
+        _write_or_fail(lambda: atomic_write_text(metrics_path, ""), "metrics.jsonl")
+
+    stop = tcfg.steps if tcfg.stop_at is None else min(tcfg.stop_at, tcfg.steps)
+    every = tcfg.checkpoint_interval
+    bar = None
+    if progress:
+        from tqdm.auto import tqdm
+        # disable=None: a bar on a terminal, nothing when the output is piped to a file
+        bar = tqdm(total=stop, initial=start, desc="train", dynamic_ncols=True, disable=None,
+                   mininterval=0.5)
+    t0 = time.perf_counter()
+    saved = start if resume else None                                   # step of the last checkpoint
+    mf = _write_or_fail(lambda: _MetricsFile(metrics_path), "metrics.jsonl")
+    stop_signal = _SignalFlag()
+    try:
+        def log(rec):
+            records.append(rec)
+            mf.write(rec)
+
+        for step in range(start, stop):
+            batch = task.next_batch()
+            loss, grads, extra = task.loss_and_grads(params, batch)
+            grads, gnorm = clip_grad_norm(grads, tcfg.grad_clip)
+            lr = lr_schedule(step, max_lr=tcfg.lr, min_lr=tcfg.final_lr,
+                             warmup_steps=tcfg.warmup_steps, total_steps=tcfg.steps)
+            loss_f = _float(loss)
+            if not math.isfinite(loss_f) or not math.isfinite(gnorm):
+                raise TrainingDiverged(_divergence_message(step + 1, loss_f, gnorm, batch, params,
+                                                           records, lr))
+            opt.step(grads, lr=lr)
+            n = step + 1
+            try:
+                if n % max(tcfg.log_every, 1) == 0 or n == stop or n == 1:
+                    rec = {"step": n, "kind": "train", "loss": loss_f, "lr": lr,
+                           "grad_norm": gnorm, "time": round(time.perf_counter() - t0, 3)}
+                    rec.update({k: _float(v) for k, v in extra.items()})
+                    log(rec)
+                if (tcfg.eval_every and n % tcfg.eval_every == 0) or n == tcfg.steps:
+                    ev = task.evaluate(params)
+                    log({"step": n, "kind": "eval", **ev})
+                    if bar is not None:
+                        bar.write(f"step {n}: " + ", ".join(f"{k} {v:.4f}" for k, v in ev.items()))
+                if (every and n % every == 0) or n == stop or stop_signal.signum:
+                    if _all_finite(params):  # never replace a good checkpoint by NaN weights
+                        save(ckpt_path, task, params, opt, n, tcfg)
+                        saved = n
+            except OSError as e:
+                raise _io_error(e, n, saved, out_dir) from None
+            if bar is not None:
+                bar.set_postfix(loss=f"{loss_f:.4f}", lr=f"{lr:.2e}")
+                bar.update(1)
+            if stop_signal.signum and n < stop:
+                raise TrainingInterrupted(n, stop_signal.signum, out_dir)
+    finally:
+        stop_signal.restore()
+        mf.close()
+        if bar is not None:
+            bar.close()
+    if plot:
+        from ..analysis.figures import plot_metrics
+        try:
+            plot_metrics(records, os.path.join(out_dir, "curves.png"), title=task.title)
+        except OSError as e:
+            raise _io_error(e, stop, saved, out_dir) from None
+    return {"params": params, "metrics": records, "step": stop}
+
+
+class _SignalFlag:
+    """SIGINT/SIGTERM set a flag checked after each update; a second signal stops at once."""
+
+    def __init__(self):
+        self.signum = 0
+        self.old = {}
+        if threading.current_thread() is not threading.main_thread():
+            return  # signal handlers can only be installed from the main thread
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            self.old[sig] = signal.signal(sig, self._handle)
+
+    def _handle(self, signum, frame):
+        if self.signum:  # second signal: stop now (the last checkpoint is still complete)
+            raise KeyboardInterrupt
+        self.signum = signum
+
+    def restore(self):
+        for sig, h in self.old.items():
+            signal.signal(sig, h)
+        self.old = {}
+
+
+def _check_resume_state(state, tcfg, where) -> int:
+    """The checkpoint's training state must be complete and fit the schedule; returns its step."""
+    for key in ("step", "opt_step", "data_state"):
+        if key not in state:
+            raise ValueError(f"checkpoint {where}.npz cannot be resumed: its state has no "
+                             f"{key!r} (not written by the training loop)")
+    step = state["step"]
+    if isinstance(step, bool) or not isinstance(step, int) or not 0 <= step <= tcfg.steps:
+        raise ValueError(f"checkpoint {where}.npz: state step must be an int in "
+                         f"[0, {tcfg.steps}], got {step!r}")
+    if state["data_state"] is not None and not isinstance(state["data_state"], dict):
+        raise ValueError(f"checkpoint {where}.npz: data_state must be a JSON object or null")
+    return step
+
+
+def _io_error(e: OSError, step, saved, out_dir) -> "TrainingIOError":
+    kept = (f"the checkpoint of step {saved} is intact" if saved is not None
+            else "no checkpoint had been written yet")
+    return TrainingIOError(e.errno, f"writing to {out_dir!r} failed at step {step}: "
+                                    f"{e.strerror or e}; {kept} (free space or choose another "
+                                    f"--out, then --resume)")
+
+
+def _write_or_fail(fn, what):
+    try:
+        return fn()
+    except OSError as e:
+        raise TrainingIOError(e.errno, f"cannot write {what}: {e.strerror or e}") from None
+
+
+def _make_opt(params, tcfg):
+    return AdamW(params, lr=tcfg.lr, betas=(tcfg.beta1, tcfg.beta2),
+                 weight_decay=tcfg.weight_decay, no_decay=default_no_decay)
+
+
+def save(path, task, params, opt, step, tcfg) -> None:
+    """Checkpoint: parameters, optimizer state, step, the task's data/RNG state, the configs."""
+    config = {"task": task.kind, "model": asdict(task.cfg), "train": asdict(tcfg), **task.meta()}
+    od = opt.state_dict()
+    data_json, data_arrays = task.data_state()
+    extra = {**prefixed(od["arrays"], "opt"), **prefixed(data_arrays, "data")}
+    ckpt.save_checkpoint(path, params, config, extra_arrays=extra,
+                         state={"step": step, "opt_step": od["step"], "data_state": data_json})
