@@ -120,3 +120,36 @@ def test_run_py_sigint_ends_with_the_resume_line(tmp_path, group):
     assert p.returncode == 130, err[-2000:]
     assert "Traceback" not in err
     assert f"resume with: python3 run.py train vision --out {out} --resume" in err, err[-2000:]
+
+
+# ---------------------------------------------------------------------------------------------
+# Ctrl-C outside the training loop's own handling: one line saying how to go on, exit 130
+# ---------------------------------------------------------------------------------------------
+def _interrupting(*a, **k):
+    raise KeyboardInterrupt
+
+
+def test_ctrl_c_in_any_command_says_how_to_start_again(monkeypatch, capsys):
+    from tostnp.__main__ import main
+    from tostnp.cli import verify_command
+    monkeypatch.setenv("TOSTNP_LAUNCHER", "python3 run.py")
+    monkeypatch.setattr(verify_command, "run", _interrupting)
+    assert main(["verify"]) == 130
+    err = capsys.readouterr().err
+    assert err.strip() == "interrupted; start again with: python3 run.py verify"
+
+
+def test_second_ctrl_c_in_training_says_resume_when_a_checkpoint_exists(tmp_path, monkeypatch,
+                                                                       capsys):
+    from tostnp.__main__ import main
+    from tostnp.cli import train_command
+    monkeypatch.setenv("TOSTNP_LAUNCHER", "python3 run.py")
+    out = tmp_path / "run"
+    out.mkdir()
+    monkeypatch.setattr(train_command, "run", _interrupting)
+    assert main(["train", "vision", "--out", str(out)]) == 130
+    assert "start again with: python3 run.py train vision --out" in capsys.readouterr().err
+    (out / "checkpoint.npz").write_bytes(b"")      # only its presence is looked at
+    assert main(["train", "vision", "--out", str(out)]) == 130
+    assert capsys.readouterr().err.strip() == \
+        f"interrupted; resume with: python3 run.py train vision --out {out} --resume"

@@ -55,7 +55,13 @@ def main(argv=None) -> int:
     """Run a command. Expected failures print one line ``error: ...`` (never a traceback):
     bad input, files and checkpoints exit 2; a diverged training run exits 1; SIGINT/SIGTERM
     during training save a checkpoint and exit 130/143."""
-    args = build_parser().parse_args(argv)
+    try:
+        args = build_parser().parse_args(argv)
+    except KeyboardInterrupt:
+        from .cli.options import how_to_run
+        given = list(sys.argv[1:] if argv is None else argv)
+        print(f"interrupted; start again with: {how_to_run(*given)}", file=sys.stderr)
+        return 130
     from .train.loop import TrainingInterrupted, TrainingDiverged
     try:
         return int(args._run(args) or 0)
@@ -73,9 +79,21 @@ def main(argv=None) -> int:
         print(f"error: {msg}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
-        print("interrupted (a second Ctrl-C stops at once; the last checkpoint, if any, "
-              "is complete)", file=sys.stderr)
+        print(f"interrupted; {_again(args, argv)}", file=sys.stderr)
         return 130
+
+
+def _again(args, argv) -> str:
+    """How to go on after Ctrl-C outside the training loop's own handling (a second Ctrl-C, or
+    one before training started): resume a run that has a checkpoint, else start again."""
+    import os
+    from .cli.options import how_to_run
+    out = getattr(args, "out", None)
+    if args.command == "train" and out and os.path.isfile(os.path.join(out, "checkpoint.npz")) \
+            and not getattr(args, "seeds", None):
+        return "resume with: " + how_to_run("train", args.model, "--out", out, "--resume")
+    given = list(sys.argv[1:] if argv is None else argv)
+    return "start again with: " + how_to_run(*given)
 
 
 if __name__ == "__main__":
