@@ -1,1 +1,0 @@
-"""Subcommands of the CLI (train, evaluate, sample, figures)."""
