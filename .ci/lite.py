@@ -110,7 +110,7 @@ class _Gate(importlib.abc.MetaPathFinder):
         top = name.split(".")[0]
         if top.startswith("_") or top in allowed:
             return None
-        raise ImportError(f"{top} is not available in the browser (Pyodide) site")
+        raise ModuleNotFoundError(f"No module named {top!r} (not in the browser site)", name=top)
 sys.meta_path.insert(0, _Gate())
 # the limits hold (a mimic that allowed them would prove nothing)
 for probe in (lambda: __import__("safetensors"), lambda: threading.Thread(target=print).start(),
