@@ -90,7 +90,8 @@ def test_listops_deterministic_and_operators():
 # ------------------------------------------------------------------------------------------
 @pytest.mark.slow
 @pytest.mark.parametrize("name", list(EXPERIMENTS))
-def test_quick_experiment_end_to_end(name, tmp_path, capsys):
+def test_quick_experiment_end_to_end(name, tmp_path, capsys, monkeypatch):
+    monkeypatch.setenv("TOSTNP_LAUNCHER", "python3 run.py")     # as run.py starts it
     out = str(tmp_path)
     assert main(["experiment", name, "--quick", "--out", out]) == 0
     printed = capsys.readouterr().out
@@ -99,7 +100,7 @@ def test_quick_experiment_end_to_end(name, tmp_path, capsys):
     with open(os.path.join(out, f"{name}.json")) as f:
         data = json.load(f)
     assert data["complete"] and data["quick"] and data["seeds"] == [0, 1, 2]
-    assert data["command"] == f"python -m tostnp experiment {name} --quick"
+    assert data["command"] == f"python3 run.py experiment {name} --quick --out {out}"
     assert data["results"] and data["table"]
     for e in data["results"]:
         if "runs" in e:                                             # a condition over seeds

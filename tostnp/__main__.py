@@ -1,4 +1,4 @@
-"""Command line: ``python -m tostnp <command> --help``.
+"""Command line: ``python -m tostnp <command> --help`` (or ``tostnp``, or ``python3 run.py``).
 
 Each command lives in its own module, which provides ``add_arguments(parser)`` and
 ``run(args) -> int`` (the exit status).
@@ -33,14 +33,18 @@ class _Parser(argparse.ArgumentParser):
 
 
 def build_parser() -> argparse.ArgumentParser:
+    from .cli.options import how_to_run
+    prog = how_to_run()        # python3 run.py / tostnp / .venv/bin/python -m tostnp, as started
     parser = _Parser(
-        prog="python -m tostnp",
+        prog=prog,
         description="tostnp: the Token Statistics Transformer from scratch, derived and verified.")
     sub = parser.add_subparsers(dest="command", metavar="command")
     sub.required = True
     for name, (modname, help_) in COMMANDS.items():
         mod = importlib.import_module(modname)
-        p = sub.add_parser(name, help=help_, description=(mod.__doc__ or help_).strip(),
+        # the examples in a command's docstring are shown the way this process was started
+        doc = (mod.__doc__ or help_).strip().replace("python -m tostnp", prog)
+        p = sub.add_parser(name, help=help_, description=doc,
                            formatter_class=argparse.RawDescriptionHelpFormatter)
         mod.add_arguments(p)
         p.set_defaults(_run=mod.run)
@@ -52,16 +56,23 @@ def main(argv=None) -> int:
     bad input, files, checkpoints, a run directory in use and sizes that do not fit in memory
     exit 2; a diverged training run exits 1; SIGINT/SIGTERM
     during training save a checkpoint and exit 130/143."""
-    args = build_parser().parse_args(argv)
+    try:
+        args = build_parser().parse_args(argv)
+    except KeyboardInterrupt:
+        from .cli.options import how_to_run
+        given = list(sys.argv[1:] if argv is None else argv)
+        print(f"interrupted; start again with: {how_to_run(*given)}", file=sys.stderr)
+        return 130
     from .train.loop import TrainingInterrupted, TrainingDiverged
     from .backend.budget import memory_limit
     try:
         with memory_limit(getattr(args, "max_memory_gb", None)):
             return int(args._run(args) or 0)
     except TrainingInterrupted as e:
-        cmd = " ".join(["python -m tostnp", args.command, getattr(args, "model", "") or "",
-                        "--out", e.out_dir, "--resume"])
-        print(f"interrupted: {e}; continue with: {cmd}", file=sys.stderr)
+        from .cli.options import how_to_run
+        cmd = how_to_run(args.command, getattr(args, "model", "") or "", "--out", e.out_dir,
+                         "--resume")
+        print(f"interrupted: {e}; resume with: {cmd}", file=sys.stderr)
         return e.exit_code
     except TrainingDiverged as e:
         print(f"error: {e}", file=sys.stderr)
@@ -75,8 +86,21 @@ def main(argv=None) -> int:
               file=sys.stderr)
         return 2
     except KeyboardInterrupt:
-        print("error: interrupted", file=sys.stderr)
+        print(f"interrupted; {_again(args, argv)}", file=sys.stderr)
         return 130
+
+
+def _again(args, argv) -> str:
+    """How to go on after Ctrl-C outside the training loop's own handling (a second Ctrl-C, or
+    one before training started): resume a run that has a checkpoint, else start again."""
+    import os
+    from .cli.options import how_to_run
+    out = getattr(args, "out", None)
+    if args.command == "train" and out and os.path.isfile(os.path.join(out, "checkpoint.npz")) \
+            and not getattr(args, "seeds", None):
+        return "resume with: " + how_to_run("train", args.model, "--out", out, "--resume")
+    given = list(sys.argv[1:] if argv is None else argv)
+    return "start again with: " + how_to_run(*given)
 
 
 if __name__ == "__main__":

@@ -159,8 +159,9 @@ def vision_figures(checkpoint: str, out_dir: str, *, xp=None, num_images: int = 
     xp = backend.get_xp("cpu") if xp is None else xp
     kind, cfg, params, config = load_model(checkpoint, xp=xp)
     if config.get("data", "") is None:
+        from ..backend.runtime import how_to_run
         raise ValueError(f"{checkpoint} holds imported weights without a dataset; import again "
-                         f"with 'python -m tostnp convert FILE DIR --like RUN'")
+                         f"with '{how_to_run('convert', 'FILE', 'DIR', '--like', 'RUN')}'")
     if kind != "vision":
         raise ValueError(f"figures need a vision checkpoint; {checkpoint!r} is a {kind!r} model")
     from ..models.memory import check_model_fits

@@ -6,6 +6,9 @@ from __future__ import annotations
 
 import contextlib
 import os
+import shlex
+import shutil
+import sys
 
 
 _NUMPY_NAMES = ("numpy", "array_api_compat.numpy")
@@ -88,3 +91,40 @@ def keep_freed_memory() -> bool:
     return bool(ok)
 
 
+# --------------------------------------------------------------------------------------------
+# how this process was started (for every command line tostnp prints as advice)
+# --------------------------------------------------------------------------------------------
+LAUNCHER_ENV = "TOSTNP_LAUNCHER"   # set by run.py to the way it was started ("python3 run.py")
+
+
+def how_to_run(*args: str) -> str:
+    """The command line that runs tostnp ``args`` the way this process was started.
+
+    ``python3 run.py ...`` under the quick-start launcher (it sets ``TOSTNP_LAUNCHER``);
+    ``tostnp ...`` from the console script of an installed wheel; otherwise this Python
+    ``-m tostnp`` -- by its name when the shell finds this very interpreter under that name
+    (``python3``), else by its path (``.venv/bin/python``), so that the line works as printed.
+    Every command the CLI prints as advice is built here.
+    """
+    prefix = os.environ.get(LAUNCHER_ENV, "").strip()
+    if not prefix:
+        argv0 = os.path.basename(sys.argv[0]) if sys.argv and sys.argv[0] else ""
+        if os.path.splitext(argv0)[0] in ("tostnp", "tostnp-script"):
+            prefix = "tostnp"
+        else:
+            prefix = f"{_python_name()} -m tostnp"
+    return " ".join([prefix, *(shlex.quote(str(a)) for a in args if str(a))])
+
+
+def _python_name() -> str:
+    exe = sys.executable or "python3"
+    real = os.path.realpath(exe)
+    for name in ("python3", "python", os.path.basename(exe)):
+        found = shutil.which(name)
+        if found and os.path.realpath(found) == real and os.path.abspath(found) == os.path.abspath(exe):
+            return name
+    try:
+        rel = os.path.relpath(exe)
+    except ValueError:                      # another drive (Windows)
+        return shlex.quote(exe)
+    return shlex.quote(rel if not rel.startswith("..") else exe)

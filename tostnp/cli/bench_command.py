@@ -17,7 +17,7 @@ from ..bench import (DEFAULT_SIZES, DEFAULT_CONTEXTS, run_benchmark, evaluate_ta
                      format_report, write_plots)
 from ..io.atomic import atomic_write_text
 from ..backend.budget import check_memory
-from .options import bounded, SEED, THREADS
+from .options import bounded, SEED, THREADS, how_to_run
 
 __all__ = ["add_arguments", "run"]
 
@@ -144,7 +144,7 @@ def _run_train(args) -> int:
                            if i.get("user_api") == "blas"})
     meta = {"load_before": load_before, "load_after": _loadavg(),
             "blas_threads": blas_threads, "kept_freed_memory": kept, "dtype": args.dtype,
-            "command": " ".join(["python -m tostnp bench"] + sys.argv[2:])
+            "command": how_to_run("bench", *sys.argv[2:])
             if sys.argv[1:2] == ["bench"] else None}
     os.makedirs(args.out, exist_ok=True)
     path = os.path.join(args.out, "bench_train_cpu.json")
@@ -175,7 +175,7 @@ def _run(args) -> int:
 
 def _command(s, args) -> str:
     """The command line that reproduces these settings."""
-    parts = ["python -m tostnp bench"]
+    parts = [how_to_run("bench")]
     if s["quick"]:
         parts.append("--quick")
     parts.append("--sizes " + " ".join(map(str, s["sizes"])))

@@ -30,7 +30,7 @@ from pathlib import Path
 
 from ..exercises import notebook as nbk
 from ..io.atomic import atomic_write_text
-from .options import bounded, prog
+from .options import bounded, how_to_run
 
 MY_DIR = nbk.ROOT / "my-exercises"
 # .md notebooks open as notebooks in JupyterLab (the jupytext viewer), read from a config dir
@@ -91,7 +91,7 @@ def _require(*modules) -> str | None:
         try:
             __import__(m)
         except ImportError:
-            return (f"{m} is not installed: pip install -r requirements.txt "
+            return (f"{m} is not installed: pip install -r requirements-exercises.txt "
                     "(or run the command through python3 run.py)")
     return None
 
@@ -146,8 +146,8 @@ def _start(args) -> int:
     copied, kept = prepare_workdir(workdir)
     print(f"{workdir}: copied {len(copied)} notebook(s)"
           + (f", kept your {len(kept)} existing one(s)" if kept else ""))
-    print(f"check one with:  {prog()} exercises check "
-          f"{os.path.relpath(workdir / (copied or kept or ['NN_name.md'])[0])}")
+    print("check one with:  " + how_to_run(
+        "exercises", "check", os.path.relpath(workdir / (copied or kept or ['NN_name.md'])[0])))
     if args.no_lab:
         return 0
     cmd, env = lab_command(workdir, args.lab_args)

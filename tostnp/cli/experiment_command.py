@@ -13,8 +13,9 @@ Experiments:
 
 Examples::
 
-    python -m tostnp experiment mixers-digits             # full size, seeds 0-2
-    python -m tostnp experiment needle --quick --out /tmp/exp   # smoke version, seconds
+    python -m tostnp experiment needle --quick            # smoke version, seconds
+    python -m tostnp experiment mixers-digits             # full size, seeds 0-2: runs/experiments
+    python -m tostnp experiment mixers-digits --out docs/experiments   # replace the committed results
 """
 from __future__ import annotations
 
@@ -23,7 +24,9 @@ import os
 from .options import bounded
 from ..experiments import EXPERIMENTS
 
-DEFAULT_OUT = os.path.join("docs", "experiments")
+# Written under runs/ (ignored by git); the committed results in docs/experiments are replaced
+# only when asked for with --out docs/experiments.
+DEFAULT_OUT = os.path.join("runs", "experiments")
 
 
 def add_arguments(parser) -> None:
@@ -45,8 +48,10 @@ def run(args) -> int:
         seeds = parse_seeds(args.seeds)
     except ValueError as e:
         raise ValueError(f"--seeds: {e}") from None
-    cmd = f"python -m tostnp experiment {args.name}" + (" --quick" if args.quick else "") + \
-        ("" if args.seeds == "0-2" else f" --seeds {args.seeds}")
+    from .options import how_to_run
+    cmd = how_to_run("experiment", args.name, "--quick" if args.quick else "",
+                     *(() if args.seeds == "0-2" else ("--seeds", args.seeds)),
+                     *(() if args.out == DEFAULT_OUT else ("--out", args.out)))
 
     def go():
         return run_experiment(args.name, args.out, quick=args.quick, seeds=seeds, command=cmd)

@@ -3,25 +3,9 @@ from __future__ import annotations
 
 import argparse
 import math
-import sys
 
 from .. import backend
-
-
-def prog() -> str:
-    """The command that started tostnp, as the user can type it again: ``python3 run.py`` when
-    started through run.py (which sets TOSTNP_PROG), ``tostnp`` when started by the console
-    script, else ``<this python> -m tostnp`` (from sys.argv and sys.executable). Use it in every
-    command line a tool prints, so that what it prints works as printed."""
-    import os
-    import shlex
-    given = os.environ.get("TOSTNP_PROG", "").strip()
-    if given:
-        return given
-    argv0 = os.path.basename(sys.argv[0]) if sys.argv and sys.argv[0] else ""
-    if argv0 == "tostnp":                        # the console script pip installs
-        return shlex.quote(sys.argv[0]) if os.sep in sys.argv[0] else "tostnp"
-    return f"{shlex.quote(sys.executable)} -m tostnp"
+from ..backend.runtime import LAUNCHER_ENV, how_to_run  # noqa: F401  (the CLI's hints)
 
 
 def add_device_argument(parser) -> None:
@@ -96,5 +80,5 @@ def check_run_has_data(kind: str, config: dict, path: str) -> None:
     if config.get(key, "") is None:
         what = "dataset" if kind == "vision" else "tokenizer"
         raise ValueError(f"{path} holds imported weights without a {what}; import again with "
-                         f"'python -m tostnp convert FILE DIR --like RUN' to take the {what} "
+                         f"'{how_to_run('convert', 'FILE', 'DIR', '--like', 'RUN')}' to take the {what} "
                          f"from a tostnp run (the Python API load_model works as is)")

@@ -1,4 +1,5 @@
-"""Train a ToST model: ``train vision`` (digits by default) or ``train lm`` (character level).
+"""Train a ToST model: ``train vision`` (digits by default) or ``train lm`` (subword tokens,
+BPE, by default; ``--tokenizer char`` for one token per character).
 
 Examples::
 
@@ -92,7 +93,7 @@ def add_arguments(parser) -> None:
                    help="context length T (tokens) [preset]")
     m.add_argument("--tokenizer", choices=["char", "bpe"], default=None,
                    help="char: one token per character; bpe: subword tokens learnt on the "
-                        "training text (see tostnp/data/bpe.py) [preset]")
+                        "training text (see tostnp/data/bpe.py) [bpe]")
     m.add_argument("--vocab-size", type=bounded(int, 1, 65536), default=None,
                    help="symbols of the bpe tokenizer [preset]")
     m.add_argument("--layer-scale-init", type=_SCALE, default=None,
@@ -315,8 +316,9 @@ def _train(task, tcfg, args, params0):
     evals = [r for r in res["metrics"] if r["kind"] == "eval"]
     if res["step"] == tcfg.steps and evals:
         return evals[-1], res["params"], cpu, wall
-    print(f"stopped at step {res['step']} of {tcfg.steps} after {wall:.1f} s; continue with "
-          f"--out {args.out} --resume")
+    from .options import how_to_run
+    print(f"stopped at step {res['step']} of {tcfg.steps} after {wall:.1f} s; resume with: "
+          + how_to_run("train", args.model, "--out", args.out, "--resume"))
     return None, res["params"], cpu, wall
 
 
@@ -500,6 +502,7 @@ def _lm(args, xp):
                    f">= 4 letters in {n_wr} samples (prompt {wr['prompt']!r}, 1000 characters, "
                    f"seeds 0-{n_wr - 1}) occur in the training text")
     _finish(args, "lm", tcfg.seed, result)
-    _say(args, f"run directory: {args.out}; sample with: python -m tostnp sample --checkpoint "
-               f"{args.out} --prompt 'The '")
+    from .options import how_to_run
+    _say(args, f"run directory: {args.out}; sample with: "
+               + how_to_run("sample", "--checkpoint", args.out, "--prompt", "The "))
     return 0, result

@@ -51,8 +51,11 @@ MUTANTS = {
         ("linear-looking data (overhead-dominated sizes)",
          _SC.format(N=[8, 16, 32, 64, 128], a=1, slope="float(np.polyfit(np.log(Ns), "
                     "np.log(secs), 1)[0])"), "N large enough"),
+        # quadratic "timings" a thousand times faster than any real run (1e-12 n^2 s): a
+        # factor the check's band cannot miss on a fast or a loaded machine
         ("made-up timings", _SC.format(N=[256, 512, 1024, 2048], a=2, slope="float(np.polyfit("
-                                       "np.log(Ns), np.log(secs), 1)[0])"), "not made-up ones"),
+                                       "np.log(Ns), np.log(secs), 1)[0])").replace("1e-9", "1e-12"),
+         "not made-up ones"),
         ("wrong keys", "def attention_scaling_mine():\n    return {'sizes': [1], 'times': [1]}\n",
          'keys "N"'),
     ],
