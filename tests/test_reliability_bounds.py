@@ -7,7 +7,6 @@ peak resident memory (the child's ``ru_maxrss``, from ``os.wait4``) under ``PEAK
 ``TOSTNP_CASE_TABLE=path`` writes the table case -> message -> peak memory -> seconds to
 ``path`` (markdown).
 """
-import hashlib
 import json
 import os
 import resource
@@ -21,6 +20,8 @@ import zipfile
 
 import numpy as np
 import pytest
+
+from crafted import npy_bytes, rewrite_member
 
 from tostnp.io.checkpoint import load_checkpoint, save_checkpoint
 
@@ -135,19 +136,6 @@ def _craft(src_run, dst, model=None, config=None, train=None, extra=None):
     return dst
 
 
-def _resign(npz):
-    js = npz[:-4] + ".json"
-    meta = json.load(open(js))
-    meta["npz_sha256"] = hashlib.sha256(open(npz, "rb").read()).hexdigest()
-    json.dump(meta, open(js, "w"))
-
-
-def _npy(a):
-    import io
-    f = io.BytesIO()
-    np.save(f, a)
-    return f.getvalue()
-
 
 def _deep(n=100_000):
     return "[" * n + "]" * n
@@ -212,13 +200,7 @@ def test_sparse_5gib_checkpoint_refused_from_its_directory(tmp_path):
 def test_deep_json_in_meta_and_sidecar(runs, tmp_path):
     bad = _craft(runs[0], str(tmp_path / "m"))
     npz = os.path.join(bad, "checkpoint.npz")
-    with zipfile.ZipFile(npz) as z:
-        members = {i.filename: z.read(i) for i in z.infolist()}
-    members["__meta__.npy"] = _npy(np.frombuffer(_deep().encode(), np.uint8))
-    with zipfile.ZipFile(npz, "w") as z:
-        for k, v in members.items():
-            z.writestr(k, v)
-    _resign(npz)
+    rewrite_member(npz, "__meta__.npy", npy_bytes(np.frombuffer(_deep().encode(), np.uint8)))
     _refused("checkpoint.npz __meta__ nested 100000 deep, evaluate",
              ["evaluate", "--checkpoint", bad], npz, "__meta__", "nested")
     bad = _craft(runs[0], str(tmp_path / "j"))

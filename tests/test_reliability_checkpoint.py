@@ -4,7 +4,6 @@ The kill loop runs a child process that saves checkpoints in a loop and kills it
 random instants; after every kill the newest complete checkpoint must load, whole and consistent.
 TOSTNP_KILL_RUNS sets the number of kills (20 here; run it with 100 for a longer check).
 """
-import hashlib
 import json
 import os
 import random
@@ -16,6 +15,8 @@ import zipfile
 
 import numpy as np
 import pytest
+
+from crafted import npy_bytes, rewrite_member
 
 from tostnp.io.checkpoint import load_checkpoint, save_checkpoint
 
@@ -183,33 +184,12 @@ def test_unknown_and_missing_parameters_refused(runs, tmp_path):
         load_model(bad)
 
 
-def _rewrite_member(npz, name, payload, compress=zipfile.ZIP_STORED):
-    """Add (or replace) a raw member in an npz, keeping the others; the json copy's checksum
-    is updated to match, as a hostile file would have it."""
-    with zipfile.ZipFile(npz) as z:
-        members = {i.filename: z.read(i) for i in z.infolist()}
-    members[name] = payload
-    with zipfile.ZipFile(npz, "w") as z:
-        for k, v in members.items():
-            z.writestr(k, v, compress_type=compress if k == name else zipfile.ZIP_STORED)
-    js = npz[:-4] + ".json"
-    meta = json.load(open(js))
-    meta["npz_sha256"] = hashlib.sha256(open(npz, "rb").read()).hexdigest()
-    json.dump(meta, open(js, "w"))
-
-
-def _npy(a):
-    import io
-    f = io.BytesIO()
-    np.save(f, a)
-    return f.getvalue()
-
 
 def test_compressed_member_refused(tmp_path):
     prefix = str(tmp_path / "c")
     npz, _ = save_checkpoint(prefix, {"W": np.zeros(3, np.float32)}, {})
     # 64 MB of zeros deflate to ~64 KB: a "zip bomb" in miniature
-    _rewrite_member(npz, "params/Z.npy", _npy(np.zeros(8 << 20)), zipfile.ZIP_DEFLATED)
+    rewrite_member(npz, "params/Z.npy", npy_bytes(np.zeros(8 << 20)), zipfile.ZIP_DEFLATED)
     assert os.path.getsize(npz) < 1 << 20
     with pytest.raises(ValueError, match="is compressed"):
         load_checkpoint(prefix)
@@ -218,17 +198,17 @@ def test_compressed_member_refused(tmp_path):
 def test_lying_npy_header_and_bad_members_refused(tmp_path):
     prefix = str(tmp_path / "c")
     npz, _ = save_checkpoint(prefix, {"W": np.zeros(3, np.float32)}, {})
-    header = _npy(np.zeros(1))
+    header = npy_bytes(np.zeros(1))
     lie = header.replace(b"(1,)", b"(1000000000,)".ljust(4))  # declares 8 GB, holds 8 bytes
-    _rewrite_member(npz, "params/W.npy", lie)
+    rewrite_member(npz, "params/W.npy", lie)
     with pytest.raises(ValueError, match="params/W"):
         load_checkpoint(prefix)
     npz, _ = save_checkpoint(prefix, {"W": np.zeros(3, np.float32)}, {})
-    _rewrite_member(npz, "params/H.npy", _npy(np.zeros(3, np.float16)))
+    rewrite_member(npz, "params/H.npy", npy_bytes(np.zeros(3, np.float16)))
     with pytest.raises(ValueError, match="float16"):
         load_checkpoint(prefix)
     npz, _ = save_checkpoint(prefix, {"W": np.zeros(3, np.float32)}, {})
-    _rewrite_member(npz, "notes.txt", b"hello")
+    rewrite_member(npz, "notes.txt", b"hello")
     with pytest.raises(ValueError, match="notes.txt"):
         load_checkpoint(prefix)
     npz, _ = save_checkpoint(prefix, {"W": np.zeros(1000, np.float32)}, {})
