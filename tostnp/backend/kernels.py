@@ -47,7 +47,7 @@ from . import tuning
 
 __all__ = ["gelu_forward", "gelu_backward", "layer_norm_forward",
            "layer_norm_backward", "adamw_update", "softmax_cross_entropy_backward", "sum_leading",
-           "set_threads", "get_threads"]
+           "set_threads", "get_threads", "on_threads"]
 
 # ---------------------------------------------------------------------------------------------
 # the piece executor: rows of an (M, L) view, in pieces of about tuning.CHUNK elements
@@ -90,6 +90,24 @@ def _pieces(M: int, L: int) -> list[tuple[int, int]]:
     return [(lo, min(lo + rows, M)) for lo in range(0, M, rows)]
 
 
+def on_threads(thunks) -> list:
+    """Call every thunk, the first on the calling thread and each other on a thread of the
+    pool; returns their results in order (an exception in any is raised here, after all have
+    finished). The pool is the fast path's own, so the caller decides how many run at once."""
+    thunks = list(thunks)
+    if len(thunks) <= 1:
+        return [t() for t in thunks]
+    futures = [_executor(len(thunks) - 1).submit(t) for t in thunks[1:]]
+    try:
+        first = thunks[0]()
+    finally:
+        rest = [f.exception() for f in futures]        # waits: no thunk outlives the call
+    for e in rest:
+        if e is not None:
+            raise e
+    return [first] + [f.result() for f in futures]
+
+
 def _run_pieces(fn, M: int, L: int):
     """fn(lo, hi) for every piece of rows of an (M, L) view; returns the list of the results in
     piece order."""
@@ -97,15 +115,11 @@ def _run_pieces(fn, M: int, L: int):
     n = min(_threads, len(pieces))
     if n <= 1:
         return [fn(lo, hi) for lo, hi in pieces]
-
-    def run(group):
-        return [fn(lo, hi) for lo, hi in group]
     k = len(pieces)
     groups = [pieces[i * k // n:(i + 1) * k // n] for i in range(n)]
-    futures = [_executor(n - 1).submit(run, g) for g in groups[1:]]
-    out = run(groups[0])
-    for f in futures:
-        out.extend(f.result())
+    out = []
+    for part in on_threads([lambda g=g: [fn(lo, hi) for lo, hi in g] for g in groups]):
+        out.extend(part)
     return out
 
 

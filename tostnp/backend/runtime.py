@@ -68,6 +68,31 @@ def threads(n: int | None):
         _fused.set_threads(old)
 
 
+_blas_controller = None     # threadpoolctl's view of the loaded BLAS, built once (a library scan)
+
+
+@contextlib.contextmanager
+def serial():
+    """BLAS and the fast path's kernels on one thread each inside the ``with`` block, whatever
+    :func:`threads` set; the old counts come back on leaving it.
+
+    For work that is spread over the threads one level up -- :mod:`tostnp.train.shards` runs one
+    shard of a training batch on each thread -- so that the threads do not compete with BLAS's
+    own (OpenBLAS's idle threads spin for a while after each product and take a core).
+    """
+    global _blas_controller
+    from threadpoolctl import ThreadpoolController
+    from . import kernels as _fused
+    if _blas_controller is None:
+        _blas_controller = ThreadpoolController()
+    old = _fused.set_threads(1)
+    try:
+        with _blas_controller.limit(limits=1, user_api="blas"):
+            yield
+    finally:
+        _fused.set_threads(old)
+
+
 def keep_freed_memory() -> bool:
     """Ask glibc's allocator to keep freed memory in the process (Linux/glibc only).
 

@@ -24,6 +24,15 @@ CHUNK = 1 << 17
 # (the same kernels and benchmark as CHUNK).
 PIECES_MIN = 1 << 20
 
+# The smallest shard of a training batch (tostnp.train.shards: one shard per thread), as the
+# size of its activations in the blocks, tokens x width. Below it the step runs whole: a
+# shard's fixed cost -- the Python calls of a forward and backward, which hold the GIL -- would
+# outweigh what the second core gains, and BLAS's and the kernels' own threads do better.
+# Chosen with ``python3 run.py bench --train --threads 1 2``: at 2 threads the LM preset
+# (shards of 16 x 64 tokens x 128 = 131,072) gains from shards, the digits preset (shards of
+# 32 images x 16 patches x 64 = 32,768) loses.
+SHARD_MIN_ELEMENTS = 1 << 16
+
 # ---------------------------------------------------------------------------------------------
 # causal TSSA (tostnp.nn.tssa_causal): the blocked prefix and suffix sums
 # ---------------------------------------------------------------------------------------------

@@ -7,7 +7,8 @@ on synthetic data of the CLI's default batch shapes, and one ToST block forward+
 
 * steps per second and items per second (images or tokens);
 * the phase split of a step: forward (model + loss), backward (loss + model), optimiser
-  (clipping + AdamW);
+  (clipping + AdamW); a step that runs its batch in shards on several threads, as training does
+  (:mod:`tostnp.train.shards`), reports its forward and backward together, in "fwd";
 * minor page faults per step (``resource.getrusage().ru_minflt``): each one is a page of memory
   the kernel had to map and zero, i.e. fresh memory the step touched;
 * peak memory of one step, after the timed rounds (:mod:`tostnp.bench.peaks`): the bytes NumPy
@@ -45,11 +46,13 @@ def _minflt() -> int:
 
 
 class _Step:
-    """A training step split into phases: fwd() -> state, bwd(state) -> grads, opt(grads)."""
+    """A training step split into phases: fwd() -> state, bwd(state) -> grads, opt(grads);
+    ``shards``: a one-element list, the shards of the last step (1: the batch whole)."""
 
-    def __init__(self, name, desc, items, unit, fwd, bwd, opt):
+    def __init__(self, name, desc, items, unit, fwd, bwd, opt, shards=None):
         self.name, self.desc, self.items, self.unit = name, desc, items, unit
         self.fwd, self.bwd, self.opt = fwd, bwd, opt
+        self.shards = [1] if shards is None else shards
 
     def run(self, times=None):
         t0 = time.perf_counter()
@@ -83,23 +86,41 @@ def _optimiser(params, tcfg):
     return opt, step
 
 
-def _classifier_phases(xp, opt, batch, forward, backward):
+def _classifier_phases(xp, opt, batch, forward, backward, row_elements):
     """fwd/bwd phases of a softmax-cross-entropy training step: ``batch() -> (inputs, labels)``,
-    ``forward(inputs, params) -> (logits, cache)``, ``backward(dlogits, cache) -> grads``."""
+    ``forward(inputs, params) -> (logits, cache)``, ``backward(dlogits, cache) -> grads``;
+    ``row_elements``: tokens x width of one row's activations (for the shards, as in
+    :mod:`tostnp.train.tasks`). Returns (fwd, bwd, shards)."""
     from ..nn import layers as L
+    from ..train.shards import shard_count, sharded
+    shards = [1]
+
+    def whole(params, inputs, labels):            # forward and backward of one shard
+        logits, cache = forward(inputs, params)
+        loss, c_loss = L.softmax_cross_entropy_forward(logits, labels)
+        dlogits, _ = L.softmax_cross_entropy_backward(xp.ones_like(loss), c_loss)
+        return loss, backward(dlogits, cache), None
 
     def fwd():
         inputs, labels = batch()
+        shards[0] = min(inputs.shape[0],
+                        shard_count(xp, opt.params, inputs.shape[0] * row_elements))
+        if shards[0] > 1:                         # forward and backward together, in shards
+            loss, grads, _ = sharded(whole, opt.params, (inputs, labels), xp,
+                                     row_elements=row_elements)
+            return None, (grads, loss)
         logits, cache = forward(inputs, opt.params)
         loss, c_loss = L.softmax_cross_entropy_forward(logits, labels)
         return loss, c_loss, cache
 
     def bwd(state):
+        if state[0] is None:
+            return state[1]
         loss, c_loss, cache = state
         dlogits, _ = L.softmax_cross_entropy_backward(xp.ones_like(loss), c_loss)
         return backward(dlogits, cache), loss
 
-    return fwd, bwd
+    return fwd, bwd, shards
 
 
 def _lm_step(xp, dtype, quick, seed):
@@ -122,10 +143,10 @@ def _lm_step(xp, dtype, quick, seed):
         return (backend.from_host(xp, ids[:, :-1], dtype=xp.int64),
                 backend.from_host(xp, ids[:, 1:], dtype=xp.int64))
 
-    fwd, bwd = _classifier_phases(xp, opt, batch, lambda x, p: lm_forward(x, p, cfg),
-                                  lm_backward)
+    fwd, bwd, shards = _classifier_phases(xp, opt, batch, lambda x, p: lm_forward(x, p, cfg),
+                                          lm_backward, T * cfg.width)
     return _Step("lm", f"LM tiny-char train step ({B}x{T} tokens, vocabulary {V})", B * T, "tokens",
-                 fwd, bwd, opt_step)
+                 fwd, bwd, opt_step, shards)
 
 
 def _vision_step(xp, dtype, quick, seed):
@@ -146,10 +167,11 @@ def _vision_step(xp, dtype, quick, seed):
                 backend.from_host(xp, host.integers(0, cfg.num_classes, size=B),
                                   dtype=xp.int64))
 
-    fwd, bwd = _classifier_phases(xp, opt, batch, lambda x, p: vision_forward(x, p, cfg),
-                                  vision_backward)
+    fwd, bwd, shards = _classifier_phases(xp, opt, batch,
+                                          lambda x, p: vision_forward(x, p, cfg), vision_backward,
+                                          (cfg.num_patches + cfg.num_registers) * cfg.width)
     return _Step("vision", f"vision tiny-digits train step ({B} images)", B, "images",
-                 fwd, bwd, opt_step)
+                 fwd, bwd, opt_step, shards)
 
 
 def _block_step(xp, dtype, quick, seed):
@@ -188,7 +210,7 @@ def run_train_bench(benches=TRAIN_BENCHES, *, dtype: str = "float32", rounds: in
     its own interleaved variant (to see where a second thread pays off).
     Returns {"<name>[@<n>t][:plain]": {"desc", "items", "unit", "threads", "step_s",
     "steps_per_s", "items_per_s", "forward_s", "backward_s", "optimiser_s",
-    "minflt_per_step", "peak_traced_mb", "peak_rss_mb", "rounds", "k"}} plus
+    "minflt_per_step", "peak_traced_mb", "peak_rss_mb", "rounds", "k", "shards"}} plus
     "ratio_fast_plain" per fast entry when ``compare_plain``.
     """
     from tqdm import tqdm
@@ -259,7 +281,8 @@ def run_train_bench(benches=TRAIN_BENCHES, *, dtype: str = "float32", rounds: in
             "steps_per_s": 1.0 / step_s, "items_per_s": st.items / step_s,
             "forward_s": med(1), "backward_s": med(2), "optimiser_s": med(3),
             "minflt_per_step": med(4), "peak_traced_mb": peaks[key][0],
-            "peak_rss_mb": peaks[key][1], "rounds": len(ss), "k": ks[key]}
+            "peak_rss_mb": peaks[key][1], "rounds": len(ss), "k": ks[key],
+            "shards": st.shards[0]}
     if compare_plain:
         for name in benches:
             for n in counts:
@@ -283,7 +306,8 @@ def format_train_report(res: dict) -> str:
              f"{'bwd ms':>8} {'opt ms':>8} {'faults/step':>11} {'peak MB':>8} {'RSS MB':>8}"]
     for key, r in res.items():
         label = r["desc"] + ("" if r.get("threads") is None else f", {r['threads']} thr") \
-            + (" [plain]" if key.endswith(":plain") else "")
+            + (" [plain]" if key.endswith(":plain") else "") \
+            + (f", {r['shards']} shards" if r.get("shards", 1) > 1 else "")
         lines.append(f"{label:<52} {r['steps_per_s']:8.2f} {r['items_per_s']:10.0f} "
                      f"{r['forward_s'] * 1e3:8.1f} {r['backward_s'] * 1e3:8.1f} "
                      f"{r['optimiser_s'] * 1e3:8.1f} {r['minflt_per_step']:11.0f} "
@@ -296,6 +320,9 @@ def format_train_report(res: dict) -> str:
             if k.startswith("ratio_to_"):
                 lines.append(f"{'':<4}step time / with {k[9:-8]} thread(s): {v:.2f}x "
                              "(paired median)")
+    if any(r.get("shards", 1) > 1 for r in res.values()):
+        lines.append("(a step in shards runs its forward and backward together: fwd ms holds "
+                     "both, bwd ms is 0)")
     lines.append("(peak MB: what NumPy allocated at the step's high-water mark (tracemalloc); RSS MB: "
                  "the whole process's peak resident memory during the step)")
     return "\n".join(lines)

@@ -25,6 +25,7 @@ from ..models.vision import vision_init, vision_forward, vision_loss_and_grads
 from ..models.lm import lm_init, lm_forward, lm_loss_and_grads
 from ..models.seqcls import seqcls_init, seqcls_forward, seqcls_loss_and_grads
 from ..nn.layers import softmax_cross_entropy_forward
+from .shards import sharded
 
 __all__ = ["VisionTask", "SeqTask", "LMTask"]
 
@@ -102,9 +103,16 @@ class VisionTask:
         self.pos += self.batch_size
         return self._to_device(self._inputs(self.X_train[idx], True), self.y_train[idx])
 
+    def _row_elements(self, X) -> int:
+        """Tokens x width of one image's activations in the blocks."""
+        return (self.cfg.num_patches + self.cfg.num_registers) * self.cfg.width
+
     def loss_and_grads(self, params, batch):
+        """One batch's mean loss and gradients, on the CPU's threads in shards of the batch
+        (:mod:`tostnp.train.shards`) -> (loss, grads, {"acc": accuracy})."""
         images, labels = batch
-        loss, grads, logits = self._loss_and_grads(params, images, labels)
+        loss, grads, logits = sharded(self._loss_and_grads, params, (images, labels), self.xp,
+                                      row_elements=self._row_elements(images))
         xp = self.xp
         acc = xp.mean(xp.astype(xp.argmax(logits, axis=-1) == labels, self.dtype))
         return loss, grads, {"acc": acc}
@@ -185,6 +193,9 @@ class SeqTask(VisionTask):
     def _forward(self, X, params):
         return seqcls_forward(X, params, self.cfg)
 
+    def _row_elements(self, X) -> int:
+        return (1 + X.shape[1]) * self.cfg.width       # the CLS token and the sequence
+
     def _loss_and_grads(self, params, X, y):
         return seqcls_loss_and_grads(params, X, y, self.cfg)
 
@@ -221,9 +232,16 @@ class LMTask:
         return self._to_device(*sample_lm_batch(self.train_ids, self.batch_size,
                                                 self.cfg.block_size, self.rng))
 
-    def loss_and_grads(self, params, batch):
-        ids, targets = batch
+    def _loss_and_grads(self, params, ids, targets):
         loss, grads, _ = lm_loss_and_grads(params, ids, targets, self.cfg)
+        return loss, grads, None
+
+    def loss_and_grads(self, params, batch):
+        """One batch's mean loss and gradients, on the CPU's threads in shards of the batch
+        (:mod:`tostnp.train.shards`) -> (loss, grads, {})."""
+        ids, targets = batch
+        loss, grads, _ = sharded(self._loss_and_grads, params, (ids, targets), self.xp,
+                                 row_elements=ids.shape[1] * self.cfg.width)
         return loss, grads, {}
 
     def evaluate(self, params) -> dict:

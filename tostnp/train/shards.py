@@ -1,0 +1,74 @@
+"""Both CPU cores on one training step: the batch split into shards, one shard per thread.
+
+A model's loss is a mean over the items of its batch (images, or the B x T tokens of an LM
+batch), and its gradient is the mean of the items' gradients. So a batch of B items cut along
+its first axis into shards of B_1, ..., B_n items gives
+
+    loss  = sum_s (B_s / B) loss_s            grads = sum_s (B_s / B) grads_s
+
+where loss_s and grads_s are the shard's own mean loss and gradients: the same numbers as the
+whole batch, up to the order in which float sums are added. Each shard runs the model's plain
+forward and backward on its own thread with BLAS and the fast path on one thread
+(:func:`tostnp.backend.runtime.serial`): NumPy releases the GIL inside its loops and matrix
+products, so the shards' arithmetic runs side by side, and no BLAS thread spins waiting for work.
+On the small models of this project a step's matrices are too small for BLAS to spread one
+product well over two cores; two shards of half the batch each fill one core.
+
+When it shards (:func:`shard_count`): NumPy with the fast path on, ``--threads`` (or
+:func:`tostnp.backend.threads`) above 1, shards whose activations (tokens x width) hold at
+least ``tuning.SHARD_MIN_ELEMENTS`` numbers, and a model without batch statistics (BatchNorm's running statistics, the parameters
+:func:`tostnp.nn.params.is_state` names, couple the items of a batch and are updated in place).
+Otherwise the step is the model's own ``loss_and_grads`` on the whole batch. The shards, and so
+the rounding, depend on the thread count: a run repeats exactly with the same ``--threads``;
+with another count its numbers differ by float rounding only (``tests/test_shards.py`` compares
+the two within float32 tolerance and against the plain path).
+
+Memory: the shards' activations add up to the whole batch's; each shard holds its own
+gradients until they are combined (one more copy of the parameters' size per extra shard).
+"""
+from __future__ import annotations
+
+from .. import backend
+from ..backend import tuning
+from ..backend.runtime import serial
+from ..nn.params import is_state
+
+__all__ = ["shard_count", "sharded"]
+
+
+def shard_count(xp, params: dict, elements: int) -> int:
+    """How many shards a batch whose activations (tokens x width) hold ``elements`` numbers runs
+    in (1: not sharded; see the module)."""
+    fast = backend.fused(xp)
+    if fast is None:
+        return 1
+    n = min(fast.get_threads(), elements // max(1, tuning.SHARD_MIN_ELEMENTS))
+    if n <= 1 or any(is_state(k) for k in params):
+        return 1
+    return n
+
+
+def sharded(fn, params: dict, arrays: tuple, xp, *, row_elements: int):
+    """``fn(params, *arrays) -> (loss, grads, out)`` on the whole batch, or on its shards.
+
+    arrays: the batch's arrays, each with the batch on axis 0 (B rows); ``row_elements``: the
+    size of one row's activations in the blocks, tokens x width (T x C for an LM window), for
+    :func:`shard_count`.
+    Returns (loss, grads, out) as ``fn`` on the whole batch would: the loss and gradients
+    weighted by the shards' sizes, ``out`` (the logits) concatenated along axis 0 (None if
+    ``fn`` returns None).
+    """
+    B = arrays[0].shape[0]
+    n = min(B, shard_count(xp, params, B * row_elements))
+    if n <= 1:
+        return fn(params, *arrays)
+    bounds = [(s * B // n, (s + 1) * B // n) for s in range(n)]
+    with serial():
+        parts = backend.fused(xp).on_threads(
+            [lambda lo=lo, hi=hi: fn(params, *(a[lo:hi] for a in arrays)) for lo, hi in bounds])
+    weights = [(hi - lo) / B for lo, hi in bounds]
+    loss = sum(w * part[0] for w, part in zip(weights, parts))
+    grads = {k: sum(w * part[1][k] for w, part in zip(weights, parts)) for k in parts[0][1]}
+    outs = [part[2] for part in parts]
+    out = None if outs[0] is None else xp.concat(outs, axis=0)
+    return loss, grads, out
