@@ -457,3 +457,22 @@ def run_cases(name: str, cases, *, points: float = 1.0) -> float:
 def case(label: str, fn):
     """A (label, thunk) pair; spelled out so that checkers read as a list of cases."""
     return (label, fn)
+
+
+def run_specs(name: str, one, specs, hidden_specs=(), *, label, hidden=None,
+              seed: int | None = None, more=(), points: float = 1.0) -> float:
+    """Run a checker made of one case per spec, the shape most checkers share; returns the score.
+
+    ``specs`` are the visible cases (tuples); ``hidden_specs`` follow them when
+    :func:`hidden_enabled` (``hidden``) says so. The case of ``spec`` is labelled
+    ``label(*spec)`` and runs ``one(gen, *spec)``, where ``gen`` is the checker's generator
+    :func:`rng` (``seed``; None when ``seed`` is None), one for all the cases. The cases draw
+    from it only when they run, in order, so the inputs of the visible checks are those of
+    ``default_rng(seed)`` case after case. ``more`` holds extra cases (label, fn), run after
+    the specs as ``fn(gen)``, with the same generator.
+    """
+    gen = rng(seed) if seed is not None else None
+    specs = list(specs) + (list(hidden_specs) if hidden_enabled(hidden) else [])
+    cases = [case(label(*spec), lambda spec=spec: one(gen, *spec)) for spec in specs]
+    cases += [case(text, lambda fn=fn: fn(gen)) for text, fn in more]
+    return run_cases(name, cases, points=points)
