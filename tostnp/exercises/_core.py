@@ -196,6 +196,12 @@ def call_student(fn, *args, forbidden=(), what="your function"):
         raise student_error(what, type(e).__name__, str(e), args) from None
 
 
+def answer_of(result, *, forbidden=(), what="your function"):
+    """The student's answer to a question answered by a value or by a function returning it:
+    ``result`` itself, or what calling it returns (:func:`call_student`)."""
+    return call_student(result, forbidden=forbidden, what=what) if callable(result) else result
+
+
 def student_error(what: str, ename: str, message: str, args=()) -> AssertionError:
     """The hint for a student function that raised ``ename`` (in this process or the child)."""
     if ename == "NotImplementedError":

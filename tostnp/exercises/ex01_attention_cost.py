@@ -7,7 +7,7 @@ import math
 import numpy as np
 
 from . import _reference as ref
-from ._core import Fail, call_student, case, compare, measure, run_cases, run_specs
+from ._core import Fail, answer_of, call_student, case, compare, measure, run_cases, run_specs
 from ._core import one_blas_thread
 from ._core import rng as _rng
 
@@ -85,9 +85,7 @@ def check_attention_scaling(result, attention=None, hidden=None):
     EXPONENT_BAND, and your seconds must agree with its timing within a factor TIME_AGREEMENT
     (made-up timings do not)."""
     def one():
-        got = result
-        if callable(got):
-            got = call_student(got, forbidden=_FORBID, what="attention_scaling")
+        got = answer_of(result, forbidden=_FORBID, what="attention_scaling")
         if not isinstance(got, dict) or not {"N", "seconds", "slope"} <= set(got):
             raise Fail('return a dict with keys "N", "seconds" and "slope"')
         try:

@@ -99,18 +99,21 @@ def check_series_error(fn, hidden=None):
                      label=lambda n, d, K, p: f"n={n}, d={d}, K={K}, p={p}")
 
 
-def _one_term(Z, U, beta):
+def _exact_nxn(Z, U, beta):
+    """sum_k (I + beta G_k)^-1 P_k U_k^T in the n x n form a student writes (for the hints)."""
     n = Z.shape[0]
-    ex = sum(np.linalg.solve(np.eye(n) + beta * (Z @ U[k]) @ (Z @ U[k]).T, Z @ U[k]) @ U[k].T
-             for k in range(U.shape[0]))
+    return sum(np.linalg.solve(np.eye(n) + beta * (Z @ U[k]) @ (Z @ U[k]).T, Z @ U[k]) @ U[k].T
+               for k in range(U.shape[0]))
+
+
+def _one_term(Z, U, beta):
+    ex = _exact_nxn(Z, U, beta)
     ap = sum((Z @ U[k]) @ U[k].T for k in range(U.shape[0]))
     return float(np.linalg.norm(ex - ap) / np.linalg.norm(ex))
 
 
 def _rel_to_approx(Z, U, beta):
-    n = Z.shape[0]
-    ex = sum(np.linalg.solve(np.eye(n) + beta * (Z @ U[k]) @ (Z @ U[k]).T, Z @ U[k]) @ U[k].T
-             for k in range(U.shape[0]))
+    ex = _exact_nxn(Z, U, beta)
     ap = sum(((Z @ U[k]) - beta * (Z @ U[k]) @ (Z @ U[k]).T @ (Z @ U[k])) @ U[k].T
              for k in range(U.shape[0]))
     return float(np.linalg.norm(ex - ap) / np.linalg.norm(ap))

@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 
 from . import _reference as ref
-from ._core import Fail, call_student, case, compare, run_cases, run_specs
+from ._core import Fail, answer_of, call_student, case, compare, run_cases, run_specs
 
 _FORBID = ("tostnp.math.objective", "tostnp.math.variational")
 
@@ -98,9 +98,7 @@ def check_bound_counterexample(result, hidden=None):
     """result = (Z, Pi, U, eps), or a function returning it, with U (K, d, p), p < d, orthonormal columns, for which
     R^var_c(Z, Pi | U) < R_c(Z, Pi): the bound R_c <= R^var_c needs p >= the rank."""
     def one():
-        got = result
-        if callable(got):
-            got = call_student(got, forbidden=_FORBID, what="counterexample")
+        got = answer_of(result, forbidden=_FORBID, what="counterexample")
         if not isinstance(got, (tuple, list)) or len(got) != 4:
             raise Fail("return a tuple (Z, Pi, U, eps)")
         Z, Pi, U, eps = (np.asarray(a, dtype=float) for a in got)
