@@ -1,7 +1,8 @@
 """What every checker shares: running cases, partial credit, hints computed from the error,
 and catching a student function that calls the code it is meant to replace.
 
-A checker is a list of cases. Each case calls the student's function on one input and compares
+A checker is a list of cases, most often one per spec of the inputs (:func:`run_specs`: the
+visible specs, then the hidden ones). Each case calls the student's function on one input and compares
 the result with an independent reference (loops, eigenvalues, autograd, finite differences,
 written in :mod:`tostnp.exercises._reference`, never the ``tostnp`` function under study).
 The score of an exercise is ``points * (cases passed) / (cases run)``; a failing exercise raises
