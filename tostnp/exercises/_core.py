@@ -2,9 +2,10 @@
 and catching a student function that calls the code it is meant to replace.
 
 A checker is a list of cases, most often one per spec of the inputs (:func:`run_specs`: the
-visible specs, then the hidden ones). Each case calls the student's function on one input and compares
-the result with an independent reference (loops, eigenvalues, autograd, finite differences,
-written in :mod:`tostnp.exercises._reference`, never the ``tostnp`` function under study).
+visible specs, then the hidden ones). Each case calls the student's function on one input and
+compares the result with an independent reference (loops, eigenvalues, autograd, finite
+differences, written in :mod:`tostnp.exercises._reference`, never the ``tostnp`` function under
+study).
 The score of an exercise is ``points * (cases passed) / (cases run)``; a failing exercise raises
 ``AssertionError`` with the hint of its first failing case, after recording its score. A case
 that finds a broken rule (:class:`RuleBroken`), delegation, an unwritten function or a process
