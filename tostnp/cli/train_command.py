@@ -191,6 +191,23 @@ def _given(value, default):
     return default if value is None else value
 
 
+def _new_train_config(args, preset, *, steps, batch_size, warmup_steps, eval_every, log_every,
+                      seed):
+    """The TrainConfig of a new run (validated): the options given on the command line, the
+    preset's lr and weight decay, and the task's defaults for the warmup and the evaluation
+    period (``warmup_steps``, ``eval_every``: used where the option is not given)."""
+    from ..train.loop import TrainConfig
+    if args.warmup_steps is not None and args.warmup_steps > steps:
+        raise ValueError(f"--warmup-steps {args.warmup_steps} is more than the run's "
+                         f"{steps} updates")
+    return TrainConfig(steps=steps, batch_size=batch_size, lr=_given(args.lr, preset.lr),
+                       min_lr=args.min_lr, warmup_steps=_given(args.warmup_steps, warmup_steps),
+                       weight_decay=_given(args.weight_decay, preset.weight_decay),
+                       eval_every=_given(args.eval_every, eval_every), log_every=log_every,
+                       checkpoint_every=args.checkpoint_every, seed=seed,
+                       stop_at=args.stop_at).validate()
+
+
 def _field(config, key, typ, out):
     v = config.get(key)
     if isinstance(v, bool) or not isinstance(v, typ) or (typ is int and v < 0):
@@ -304,11 +321,15 @@ def _say(args, text) -> None:
         print(text)
 
 
-def _train(task, tcfg, args, params0):
-    """Run the training loop -> (the last evaluation record, or None when the run stopped
-    early; the trained parameters; the process CPU time (all its threads) and the wall time of
-    training); says how to continue a stopped run."""
+def _train(args, task, tcfg, describe, data_line):
+    """Say what is trained (``describe(params0)`` of the initial parameters, and
+    ``data_line``), then run the training loop from those parameters -> (the last evaluation
+    record, or None when the run stopped early; the trained parameters; the process CPU time
+    (all its threads) and the wall time of training); says how to continue a stopped run."""
     from ..train.loop import train
+    params0 = task.init_params(backend.RNG(tcfg.seed))     # printed, then trained from
+    _say(args, describe(params0))
+    _say(args, data_line)
     c0, t0 = time.process_time(), time.perf_counter()
     res = train(task, tcfg, args.out, resume=args.resume, progress=not args.no_progress,
                 init_params=params0)
@@ -335,7 +356,6 @@ def _vision(args, xp):
     from ..data import load_vision_data
     from ..train.tasks import VisionTask
     from ..models.vision import describe
-    from ..train.loop import TrainConfig
     if args.resume:
         config, tcfg, cfg = _load_resume_config(args, "vision")
         data_name = _field(config, "data", str, args.out)
@@ -379,31 +399,20 @@ def _vision(args, xp):
         if steps > MAX_STEPS:
             raise ValueError(f"--epochs {epochs} makes {steps:,} updates, more than the "
                              f"{MAX_STEPS:,} allowed")
-        if args.warmup_steps is not None and args.warmup_steps > steps:
-            raise ValueError(f"--warmup-steps {args.warmup_steps} is more than the run's "
-                             f"{steps} updates")
-        warm = args.warmup_steps if args.warmup_steps is not None else \
-            min(d.warmup_epochs * spe, steps)
-        tcfg = TrainConfig(steps=steps, batch_size=bs, lr=_given(args.lr, d.lr),
-                           min_lr=args.min_lr, warmup_steps=warm,
-                           weight_decay=d.weight_decay if args.weight_decay is None
-                           else args.weight_decay,
-                           eval_every=args.eval_every if args.eval_every is not None else
-                           max(steps // 5, 1),
-                           log_every=max(spe // 4, 1), checkpoint_every=args.checkpoint_every,
-                           seed=seed, stop_at=args.stop_at).validate()
+        tcfg = _new_train_config(args, d, steps=steps, batch_size=bs,
+                                 warmup_steps=min(d.warmup_epochs * spe, steps),
+                                 eval_every=max(steps // 5, 1), log_every=max(spe // 4, 1),
+                                 seed=seed)
     _check_fits("vision", cfg, tcfg, args)
     task = VisionTask(cfg, data, batch_size=tcfg.batch_size, seed=tcfg.seed, augment_shift=shift,
                       xp=xp, data_name=data_name, val=val,
                       extra_meta={"data_dir": data_dir, "val_fraction": val_fraction})
-    params0 = task.init_params(backend.RNG(tcfg.seed))     # printed, then trained from
-    _say(args, describe(cfg, params0))
     n_val = 0 if val is None else len(val[1])
-    _say(args, f"data: {data_name}, {len(data[0])} train / {n_val} validation (held out of the "
-               f"training images) / {len(data[2])} test images; {tcfg.steps} steps of batch "
-               f"{tcfg.batch_size} ({tcfg.steps / task.steps_per_epoch:.1f} epochs), "
-               f"lr {tcfg.lr}")
-    e, params, cpu, wall = _train(task, tcfg, args, params0)
+    e, params, cpu, wall = _train(
+        args, task, tcfg, lambda p: describe(cfg, p),
+        f"data: {data_name}, {len(data[0])} train / {n_val} validation (held out of the "
+        f"training images) / {len(data[2])} test images; {tcfg.steps} steps of batch "
+        f"{tcfg.batch_size} ({tcfg.steps / task.steps_per_epoch:.1f} epochs), lr {tcfg.lr}")
     if e is None:
         return 0, None
     result = dict(task.evaluate_test(params), steps=tcfg.steps,
@@ -428,7 +437,6 @@ def _lm(args, xp):
     from ..data import load_lm_text
     from ..train.tasks import LMTask
     from ..models.lm import describe
-    from ..train.loop import TrainConfig
     from ..analysis.wordrate import lm_word_rate
     if args.resume:
         config, tcfg, cfg = _load_resume_config(args, "lm")
@@ -459,34 +467,25 @@ def _lm(args, xp):
                                  {"bias": args.bias, "ln_bias": args.bias}))
         d = C.LM_TRAIN_PRESET
         steps = _given(args.steps, d.steps)
-        if args.warmup_steps is not None and args.warmup_steps > steps:
-            raise ValueError(f"--warmup-steps {args.warmup_steps} is more than the run's "
-                             f"{steps} updates")
-        tcfg = TrainConfig(steps=steps, batch_size=_given(args.batch_size, d.batch_size),
-                           lr=_given(args.lr, d.lr), min_lr=args.min_lr,
-                           warmup_steps=_given(args.warmup_steps, min(d.warmup_steps, steps)),
-                           weight_decay=d.weight_decay if args.weight_decay is None
-                           else args.weight_decay,
-                           eval_every=args.eval_every if args.eval_every is not None
-                           else min(d.eval_every, steps),
-                           log_every=10, checkpoint_every=args.checkpoint_every,
-                           seed=_given(args.seed, 0), stop_at=args.stop_at).validate()
+        tcfg = _new_train_config(args, d, steps=steps,
+                                 batch_size=_given(args.batch_size, d.batch_size),
+                                 warmup_steps=min(d.warmup_steps, steps),
+                                 eval_every=min(d.eval_every, steps), log_every=10,
+                                 seed=_given(args.seed, 0))
         eval_batches = _given(args.eval_batches, 8)
     _check_fits("lm", cfg, tcfg, args)
     name = "Python docs (default corpus)" if text_path is None else os.path.basename(text_path)
     task = LMTask(cfg, train_ids, val_ids, tok, batch_size=tcfg.batch_size, seed=tcfg.seed,
                   eval_batches=eval_batches, xp=xp, text_name=name,
                   extra_meta={"text_path": text_path})
-    params0 = task.init_params(backend.RNG(tcfg.seed))     # printed, then trained from
-    _say(args, describe(cfg, params0))
     n_tr, n_va = (int(tok.token_lengths[i].sum()) for i in (train_ids, val_ids))
     per = "" if n_tr == len(train_ids) else \
         f" = {len(train_ids):,} / {len(val_ids):,} tokens ({n_tr / len(train_ids):.2f} per token)"
-    _say(args, f"text: {name}, {n_tr:,} train / {n_va:,} val characters{per}; tokenizer "
-               f"{tok.to_dict()['type']}, {tok.vocab_size} symbols; unigram baseline "
-               f"{task.unigram['bits']:.3f} bits/char; {tcfg.steps} steps of "
-               f"{tcfg.batch_size} x {cfg.block_size} tokens")
-    e, params, cpu, wall = _train(task, tcfg, args, params0)
+    text = (f"text: {name}, {n_tr:,} train / {n_va:,} val characters{per}; tokenizer "
+            f"{tok.to_dict()['type']}, {tok.vocab_size} symbols; unigram baseline "
+            f"{task.unigram['bits']:.3f} bits/char; {tcfg.steps} steps of "
+            f"{tcfg.batch_size} x {cfg.block_size} tokens")
+    e, params, cpu, wall = _train(args, task, tcfg, lambda p: describe(cfg, p), text)
     if e is None:
         return 0, None
     result = {"val_loss": e["val_loss"], "val_bpc": e["val_bpc"], "steps": tcfg.steps,

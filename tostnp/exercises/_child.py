@@ -1,7 +1,8 @@
 """The grading child: runs ONE submission's code cells and evaluates its functions on request.
 
 Started by :mod:`tostnp.exercises.grading` as ``python -S -E _child.py SANDBOX RFD WFD CONFIG``
-(a copy of this file inside the sandbox; it imports nothing from tostnp). It never sees a
+(a copy of this file inside the sandbox; it imports nothing from tostnp, and the grading
+process imports its wire functions, so that both ends share one codec). It never sees a
 reference, a solution or a score: the grading process sends cells to execute and calls to
 make; this process answers with plain data (JSON + arrays in an .npz, no pickle) over two pipes.
 
@@ -96,8 +97,43 @@ def _audit(cfg, sandbox):
 
 
 # --------------------------------------------------------------------------------------------
-# the wire: 8-byte length, then 4-byte JSON length, JSON, and an .npz of the arrays (if any)
+# the wire: 8-byte length, then 4-byte JSON length, JSON, and an .npz of the arrays (if any).
+# frame, unframe and write_all are the grading process's too (tostnp.exercises.grading imports
+# them from this file): one codec for both ends, in the file the child runs without tostnp.
 # --------------------------------------------------------------------------------------------
+def frame(head, arrays=None) -> bytes:
+    """A message without its 8-byte length: 4-byte JSON length, the JSON of ``head``, then an
+    .npz of ``arrays`` (if any)."""
+    import numpy as np
+    body = json.dumps(head, allow_nan=True).encode()
+    extra = b""
+    if arrays:
+        b = io.BytesIO()
+        np.savez(b, **arrays)
+        extra = b.getvalue()
+    return struct.pack(">I", len(body)) + body + extra
+
+
+def unframe(data):
+    """(head, arrays) of a message made by :func:`frame`; the arrays are read without pickle."""
+    import numpy as np
+    (j,) = struct.unpack(">I", data[:4])
+    head = json.loads(data[4:4 + j].decode())
+    arrays = {}
+    if len(data) > 4 + j:
+        with np.load(io.BytesIO(data[4 + j:]), allow_pickle=False) as z:
+            arrays = {k: z[k] for k in z.files}
+    return head, arrays
+
+
+def write_all(fd, msg) -> None:
+    """Write the 8-byte length of ``msg``, then ``msg``, in chunks of 1 MiB."""
+    os.write(fd, struct.pack(">Q", len(msg)))
+    view = memoryview(msg)
+    while view:
+        view = view[os.write(fd, view[:1 << 20]):]
+
+
 def _read_exact(fd, n):
     buf = bytearray()
     while len(buf) < n:
@@ -109,34 +145,14 @@ def _read_exact(fd, n):
 
 
 def recv(fd):
-    import numpy as np
     (n,) = struct.unpack(">Q", _read_exact(fd, 8))
     if n > MAX_MESSAGE:
         raise ValueError("message too large")
-    data = _read_exact(fd, n)
-    (j,) = struct.unpack(">I", data[:4])
-    head = json.loads(data[4:4 + j].decode())
-    arrays = {}
-    if len(data) > 4 + j:
-        with np.load(io.BytesIO(data[4 + j:]), allow_pickle=False) as z:
-            arrays = {k: z[k] for k in z.files}
-    return head, arrays
+    return unframe(_read_exact(fd, n))
 
 
 def send(fd, head, arrays=None):
-    import numpy as np
-    body = json.dumps(head, allow_nan=True).encode()
-    extra = b""
-    if arrays:
-        b = io.BytesIO()
-        np.savez(b, **arrays)
-        extra = b.getvalue()
-    msg = struct.pack(">I", len(body)) + body + extra
-    os.write(fd, struct.pack(">Q", len(msg)))
-    view = memoryview(msg)
-    while view:
-        k = os.write(fd, view[:1 << 20])
-        view = view[k:]
+    write_all(fd, frame(head, arrays))
 
 
 class Encoder:

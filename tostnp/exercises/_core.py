@@ -1,9 +1,11 @@
 """What every checker shares: running cases, partial credit, hints computed from the error,
 and catching a student function that calls the code it is meant to replace.
 
-A checker is a list of cases. Each case calls the student's function on one input and compares
-the result with an independent reference (loops, eigenvalues, autograd, finite differences,
-written in :mod:`tostnp.exercises._reference`, never the ``tostnp`` function under study).
+A checker is a list of cases, most often one per spec of the inputs (:func:`run_specs`: the
+visible specs, then the hidden ones). Each case calls the student's function on one input and
+compares the result with an independent reference (loops, eigenvalues, autograd, finite
+differences, written in :mod:`tostnp.exercises._reference`, never the ``tostnp`` function under
+study).
 The score of an exercise is ``points * (cases passed) / (cases run)``; a failing exercise raises
 ``AssertionError`` with the hint of its first failing case, after recording its score. A case
 that finds a broken rule (:class:`RuleBroken`), delegation, an unwritten function or a process
@@ -194,6 +196,12 @@ def call_student(fn, *args, forbidden=(), what="your function"):
         raise Fail(f"{what} raised AssertionError: {e}") from None
     except Exception as e:                  # a shape slip surfaces as ValueError/IndexError
         raise student_error(what, type(e).__name__, str(e), args) from None
+
+
+def answer_of(result, *, forbidden=(), what="your function"):
+    """The student's answer to a question answered by a value or by a function returning it:
+    ``result`` itself, or what calling it returns (:func:`call_student`)."""
+    return call_student(result, forbidden=forbidden, what=what) if callable(result) else result
 
 
 def student_error(what: str, ename: str, message: str, args=()) -> AssertionError:
@@ -457,3 +465,22 @@ def run_cases(name: str, cases, *, points: float = 1.0) -> float:
 def case(label: str, fn):
     """A (label, thunk) pair; spelled out so that checkers read as a list of cases."""
     return (label, fn)
+
+
+def run_specs(name: str, one, specs, hidden_specs=(), *, label, hidden=None,
+              seed: int | None = None, more=(), points: float = 1.0) -> float:
+    """Run a checker made of one case per spec, the shape most checkers share; returns the score.
+
+    ``specs`` are the visible cases (tuples); ``hidden_specs`` follow them when
+    :func:`hidden_enabled` (``hidden``) says so. The case of ``spec`` is labelled
+    ``label(*spec)`` and runs ``one(gen, *spec)``, where ``gen`` is the checker's generator
+    :func:`rng` (``seed``; None when ``seed`` is None), one for all the cases. The cases draw
+    from it only when they run, in order, so the inputs of the visible checks are those of
+    ``default_rng(seed)`` case after case. ``more`` holds extra cases (label, fn), run after
+    the specs as ``fn(gen)``, with the same generator.
+    """
+    gen = rng(seed) if seed is not None else None
+    specs = list(specs) + (list(hidden_specs) if hidden_enabled(hidden) else [])
+    cases = [case(label(*spec), lambda spec=spec: one(gen, *spec)) for spec in specs]
+    cases += [case(text, lambda fn=fn: fn(gen)) for text, fn in more]
+    return run_cases(name, cases, points=points)

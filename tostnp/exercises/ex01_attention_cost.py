@@ -7,7 +7,7 @@ import math
 import numpy as np
 
 from . import _reference as ref
-from ._core import Fail, call_student, case, compare, hidden_enabled, measure, run_cases
+from ._core import Fail, answer_of, call_student, case, compare, measure, run_cases, run_specs
 from ._core import one_blas_thread
 from ._core import rng as _rng
 
@@ -16,65 +16,59 @@ _FORBID = ("tostnp.nn", "tostnp.bench")
 
 def check_softmax_attention(fn, hidden=None):
     """fn(Q, K, V) -> softmax(Q K^T / sqrt(d)) V, shape (N, d_v); Q, K (N, d), V (N, d_v)."""
-    rng = _rng(41)
     specs = [(6, 4, 3, 1.0), (1, 2, 2, 1.0), (9, 5, 7, 1.0), (8, 8, 8, 1.0),
              (5, 3, 2, 1000.0)]                # large scores: exp overflows unless shifted
-    if hidden_enabled(hidden):
-        specs += [(2, 1, 1, 1.0), (16, 4, 4, 100.0)]
-    cases = []
-    for N, d, dv, s in specs:
-        def one(N=N, d=d, dv=dv, s=s):
-            Q, K, V = s * rng.standard_normal((N, d)), rng.standard_normal((N, d)), \
-                rng.standard_normal((N, dv))
-            want = ref.softmax_attention(Q, K, V)
+    hidden_specs = [(2, 1, 1, 1.0), (16, 4, 4, 100.0)]
 
-            def soft(S, axis):
-                e = np.exp(S - S.max(axis=axis, keepdims=True))
-                return e / e.sum(axis=axis, keepdims=True)
-            S = Q @ K.T
-            diag = [("each query's weights must sum to 1 over the keys: the softmax runs over the "
-                     "wrong axis", lambda: soft(S / math.sqrt(d), 0) @ V),
-                    ("the scores are not scaled by 1/sqrt(d)", lambda: soft(S, 1) @ V),
-                    ("the scores are scaled by 1/d; the scale is 1/sqrt(d)",
-                     lambda: soft(S / d, 1) @ V),
-                    ("the scores are Q^T-K-shaped the wrong way round (K Q^T)",
-                     lambda: soft(S.T / math.sqrt(d), 1) @ V)]
-            got = call_student(fn, Q.copy(), K.copy(), V.copy(), forbidden=_FORBID,
-                               what="softmax_attention")
-            compare(got, want, f"attention for N={N}, d={d}, d_v={dv}", shape_desc="(N, d_v)",
-                    diagnoses=diag, rtol=1e-9)
-        cases.append(case(f"N={N}, d={d}, d_v={dv}, scale {s}", one))
-    return run_cases("softmax_attention", cases)
+    def one(rng, N, d, dv, s):
+        Q, K, V = s * rng.standard_normal((N, d)), rng.standard_normal((N, d)), \
+            rng.standard_normal((N, dv))
+        want = ref.softmax_attention(Q, K, V)
+
+        def soft(S, axis):
+            e = np.exp(S - S.max(axis=axis, keepdims=True))
+            return e / e.sum(axis=axis, keepdims=True)
+        S = Q @ K.T
+        diag = [("each query's weights must sum to 1 over the keys: the softmax runs over the "
+                 "wrong axis", lambda: soft(S / math.sqrt(d), 0) @ V),
+                ("the scores are not scaled by 1/sqrt(d)", lambda: soft(S, 1) @ V),
+                ("the scores are scaled by 1/d; the scale is 1/sqrt(d)",
+                 lambda: soft(S / d, 1) @ V),
+                ("the scores are Q^T-K-shaped the wrong way round (K Q^T)",
+                 lambda: soft(S.T / math.sqrt(d), 1) @ V)]
+        got = call_student(fn, Q.copy(), K.copy(), V.copy(), forbidden=_FORBID,
+                           what="softmax_attention")
+        compare(got, want, f"attention for N={N}, d={d}, d_v={dv}", shape_desc="(N, d_v)",
+                diagnoses=diag, rtol=1e-9)
+    return run_specs("softmax_attention", one, specs, hidden_specs, hidden=hidden, seed=41,
+                     label=lambda N, d, dv, s: f"N={N}, d={d}, d_v={dv}, scale {s}")
 
 
 def check_loglog_slope(fn, hidden=None):
     """fn(Ns, times) -> a, the least-squares slope of log(time) against log(N)."""
-    rng = _rng(42)
     specs = [(2.0, 0.05), (1.0, 0.2), (1.5, 0.0), (2.7, 0.3)]
-    if hidden_enabled(hidden):
-        specs += [(0.0, 0.1)]
-    cases = []
-    for a, noise in specs:
-        def one(a=a, noise=noise):
-            Ns = np.array([64, 128, 256, 512, 1024, 2048, 4096], dtype=float)
-            times = 3e-6 * Ns**a * np.exp(noise * rng.standard_normal(Ns.size))
-            X = np.stack([np.log(Ns), np.ones_like(Ns)], axis=1)
-            want = np.linalg.lstsq(X, np.log(times), rcond=None)[0][0]
-            diag = [("you fitted a line to time against N: the exponent is the slope in log-log "
-                     "coordinates", lambda: np.polyfit(Ns, times, 1)[0]),
-                    ("a slope from the two end points only ignores the points between: fit all "
-                     "of them (least squares)",
-                     lambda: np.log(times[-1] / times[0]) / np.log(Ns[-1] / Ns[0])),
-                    ("you fitted log(time) against N (semi-log)",
-                     lambda: np.polyfit(Ns, np.log(times), 1)[0]),
-                    ("you returned the intercept", lambda: np.polyfit(np.log(Ns), np.log(times), 1)[1]),
-                    ("you fitted log N against log time (the axes are swapped)",
-                     lambda: np.polyfit(np.log(times), np.log(Ns), 1)[0])]
-            got = call_student(fn, Ns.copy(), times.copy(), forbidden=_FORBID, what="loglog_slope")
-            compare(got, want, f"slope of data growing like N^{a} (noise {noise})",
-                    diagnoses=diag, rtol=1e-8)
-        cases.append(case(f"N^{a}, noise {noise}", one))
-    return run_cases("loglog_slope", cases)
+    hidden_specs = [(0.0, 0.1)]
+
+    def one(rng, a, noise):
+        Ns = np.array([64, 128, 256, 512, 1024, 2048, 4096], dtype=float)
+        times = 3e-6 * Ns**a * np.exp(noise * rng.standard_normal(Ns.size))
+        X = np.stack([np.log(Ns), np.ones_like(Ns)], axis=1)
+        want = np.linalg.lstsq(X, np.log(times), rcond=None)[0][0]
+        diag = [("you fitted a line to time against N: the exponent is the slope in log-log "
+                 "coordinates", lambda: np.polyfit(Ns, times, 1)[0]),
+                ("a slope from the two end points only ignores the points between: fit all "
+                 "of them (least squares)",
+                 lambda: np.log(times[-1] / times[0]) / np.log(Ns[-1] / Ns[0])),
+                ("you fitted log(time) against N (semi-log)",
+                 lambda: np.polyfit(Ns, np.log(times), 1)[0]),
+                ("you returned the intercept", lambda: np.polyfit(np.log(Ns), np.log(times), 1)[1]),
+                ("you fitted log N against log time (the axes are swapped)",
+                 lambda: np.polyfit(np.log(times), np.log(Ns), 1)[0])]
+        got = call_student(fn, Ns.copy(), times.copy(), forbidden=_FORBID, what="loglog_slope")
+        compare(got, want, f"slope of data growing like N^{a} (noise {noise})",
+                diagnoses=diag, rtol=1e-8)
+    return run_specs("loglog_slope", one, specs, hidden_specs, hidden=hidden, seed=42,
+                     label=lambda a, noise: f"N^{a}, noise {noise}")
 
 
 EXPONENT_BAND = (1.2, 2.8)      # generous: minima of interleaved repeats on a loaded 2-core machine
@@ -91,9 +85,7 @@ def check_attention_scaling(result, attention=None, hidden=None):
     EXPONENT_BAND, and your seconds must agree with its timing within a factor TIME_AGREEMENT
     (made-up timings do not)."""
     def one():
-        got = result
-        if callable(got):
-            got = call_student(got, forbidden=_FORBID, what="attention_scaling")
+        got = answer_of(result, forbidden=_FORBID, what="attention_scaling")
         if not isinstance(got, dict) or not {"N", "seconds", "slope"} <= set(got):
             raise Fail('return a dict with keys "N", "seconds" and "slope"')
         try:

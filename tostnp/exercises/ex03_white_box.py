@@ -4,8 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ._core import Fail, call_student, case, compare, hidden_enabled, run_cases
-from ._core import rng as _rng
+from ._core import Fail, call_student, compare, run_specs
 
 _FORBID = ("tostnp.nn", "tostnp.math.variational")
 
@@ -29,33 +28,30 @@ def _mssa_loop(Z, U, beta):
 
 def check_mssa(fn, hidden=None):
     """fn(Z, U, beta) -> MSSA(Z | U) (n, d) = beta sum_k softmax_rows((Z U_k)(Z U_k)^T) Z U_k U_k^T."""
-    rng = _rng(91)
     specs = [(8, 6, 3, 2, 0.3), (1, 4, 2, 2, 1.0), (12, 8, 2, 4, 0.1), (5, 3, 1, 3, 2.0)]
-    if hidden_enabled(hidden):
-        specs += [(6, 4, 4, 1, 0.3)]
-    cases = []
-    for n, d, K, p, beta in specs:
-        def one(n=n, d=d, K=K, p=p, beta=beta):
-            Z, U = rng.standard_normal((n, d)), _bases(rng, d, K, p)
-            want = _mssa_loop(Z, U, beta)
+    hidden_specs = [(6, 4, 4, 1, 0.3)]
 
-            def soft(S, ax):
-                e = np.exp(S - S.max(ax, keepdims=True))
-                return e / e.sum(ax, keepdims=True)
-            diag = [("each token's attention weights must sum to 1 over the other tokens: the "
-                     "softmax runs over the wrong axis",
-                     lambda: sum(beta * soft((Z @ U[k]) @ (Z @ U[k]).T, 0) @ (Z @ U[k]) @ U[k].T
-                                 for k in range(K))),
-                    ("the similarity is a plain Gram matrix here: MSSA replaces it by a row-wise "
-                     "softmax", lambda: sum(beta * (Z @ U[k]) @ (Z @ U[k]).T @ (Z @ U[k]) @ U[k].T
-                                            for k in range(K))),
-                    ("the result must be mapped back with U_k^T (coordinates -> tokens)",
-                     lambda: sum(beta * soft((Z @ U[k]) @ (Z @ U[k]).T, 1) @ Z for k in range(K)))]
-            got = call_student(fn, Z.copy(), U.copy(), beta, forbidden=_FORBID, what="mssa")
-            compare(got, want, f"MSSA for n={n}, d={d}, K={K}, p={p}", shape_desc="(n, d)",
-                    diagnoses=diag, factors={"beta": beta, "K": K, "n": n})
-        cases.append(case(f"n={n}, d={d}, K={K}, p={p}", one))
-    return run_cases("mssa", cases)
+    def one(rng, n, d, K, p, beta):
+        Z, U = rng.standard_normal((n, d)), _bases(rng, d, K, p)
+        want = _mssa_loop(Z, U, beta)
+
+        def soft(S, ax):
+            e = np.exp(S - S.max(ax, keepdims=True))
+            return e / e.sum(ax, keepdims=True)
+        diag = [("each token's attention weights must sum to 1 over the other tokens: the "
+                 "softmax runs over the wrong axis",
+                 lambda: sum(beta * soft((Z @ U[k]) @ (Z @ U[k]).T, 0) @ (Z @ U[k]) @ U[k].T
+                             for k in range(K))),
+                ("the similarity is a plain Gram matrix here: MSSA replaces it by a row-wise "
+                 "softmax", lambda: sum(beta * (Z @ U[k]) @ (Z @ U[k]).T @ (Z @ U[k]) @ U[k].T
+                                        for k in range(K))),
+                ("the result must be mapped back with U_k^T (coordinates -> tokens)",
+                 lambda: sum(beta * soft((Z @ U[k]) @ (Z @ U[k]).T, 1) @ Z for k in range(K)))]
+        got = call_student(fn, Z.copy(), U.copy(), beta, forbidden=_FORBID, what="mssa")
+        compare(got, want, f"MSSA for n={n}, d={d}, K={K}, p={p}", shape_desc="(n, d)",
+                diagnoses=diag, factors={"beta": beta, "K": K, "n": n})
+    return run_specs("mssa", one, specs, hidden_specs, hidden=hidden, seed=91,
+                     label=lambda n, d, K, p, beta: f"n={n}, d={d}, K={K}, p={p}")
 
 
 def _series_error(Z, U, beta):
@@ -78,46 +74,46 @@ def check_series_error(fn, hidden=None):
     """fn(Z, U, beta) -> the relative Frobenius error of the two-term series (I - beta G_k) for
     (I + beta G_k)^{-1} in the compression gradient sum_k (I + beta G_k)^{-1} P_k U_k^T,
     G_k = P_k P_k^T, P_k = Z U_k. The check also fits the order of the error in beta."""
-    rng = _rng(92)
     specs = [(10, 6, 3, 2), (6, 4, 2, 2), (15, 8, 4, 2)]
-    if hidden_enabled(hidden):
-        specs += [(3, 3, 1, 3)]
-    cases = []
-    for n, d, K, p in specs:
-        def one(n=n, d=d, K=K, p=p):
-            Z, U = rng.standard_normal((n, d)) / np.sqrt(d), _bases(rng, d, K, p)
-            betas = np.array([1e-3, 2e-3, 4e-3, 8e-3])
-            got = []
-            for b in betas:
-                e = call_student(fn, Z.copy(), U.copy(), float(b), forbidden=_FORBID,
-                                 what="series_error")
-                compare(e, _series_error(Z, U, b), f"the error at beta={b:g} for n={n}, K={K}",
-                        rtol=1e-6,
-                        diagnoses=[("the error of a ONE-term series (I): keep the -beta G term",
-                                    lambda b=b: _one_term(Z, U, b)),
-                                   ("relative to the approximation; divide by the exact "
-                                    "gradient's norm", lambda b=b: _rel_to_approx(Z, U, b))])
-                got.append(float(e))
-            order = np.polyfit(np.log(betas), np.log(got), 1)[0]
-            if not 1.8 < order < 2.2:
-                raise Fail(f"your errors fall like beta^{order:.2f} for n={n}: a two-term series "
-                           "leaves an error of second order")
-        cases.append(case(f"n={n}, d={d}, K={K}, p={p}", one))
-    return run_cases("series_error", cases)
+    hidden_specs = [(3, 3, 1, 3)]
+
+    def one(rng, n, d, K, p):
+        Z, U = rng.standard_normal((n, d)) / np.sqrt(d), _bases(rng, d, K, p)
+        betas = np.array([1e-3, 2e-3, 4e-3, 8e-3])
+        got = []
+        for b in betas:
+            e = call_student(fn, Z.copy(), U.copy(), float(b), forbidden=_FORBID,
+                             what="series_error")
+            compare(e, _series_error(Z, U, b), f"the error at beta={b:g} for n={n}, K={K}",
+                    rtol=1e-6,
+                    diagnoses=[("the error of a ONE-term series (I): keep the -beta G term",
+                                lambda b=b: _one_term(Z, U, b)),
+                               ("relative to the approximation; divide by the exact "
+                                "gradient's norm", lambda b=b: _rel_to_approx(Z, U, b))])
+            got.append(float(e))
+        order = np.polyfit(np.log(betas), np.log(got), 1)[0]
+        if not 1.8 < order < 2.2:
+            raise Fail(f"your errors fall like beta^{order:.2f} for n={n}: a two-term series "
+                       "leaves an error of second order")
+    return run_specs("series_error", one, specs, hidden_specs, hidden=hidden, seed=92,
+                     label=lambda n, d, K, p: f"n={n}, d={d}, K={K}, p={p}")
+
+
+def _exact_nxn(Z, U, beta):
+    """sum_k (I + beta G_k)^-1 P_k U_k^T in the n x n form a student writes (for the hints)."""
+    n = Z.shape[0]
+    return sum(np.linalg.solve(np.eye(n) + beta * (Z @ U[k]) @ (Z @ U[k]).T, Z @ U[k]) @ U[k].T
+               for k in range(U.shape[0]))
 
 
 def _one_term(Z, U, beta):
-    n = Z.shape[0]
-    ex = sum(np.linalg.solve(np.eye(n) + beta * (Z @ U[k]) @ (Z @ U[k]).T, Z @ U[k]) @ U[k].T
-             for k in range(U.shape[0]))
+    ex = _exact_nxn(Z, U, beta)
     ap = sum((Z @ U[k]) @ U[k].T for k in range(U.shape[0]))
     return float(np.linalg.norm(ex - ap) / np.linalg.norm(ex))
 
 
 def _rel_to_approx(Z, U, beta):
-    n = Z.shape[0]
-    ex = sum(np.linalg.solve(np.eye(n) + beta * (Z @ U[k]) @ (Z @ U[k]).T, Z @ U[k]) @ U[k].T
-             for k in range(U.shape[0]))
+    ex = _exact_nxn(Z, U, beta)
     ap = sum(((Z @ U[k]) - beta * (Z @ U[k]) @ (Z @ U[k]).T @ (Z @ U[k])) @ U[k].T
              for k in range(U.shape[0]))
     return float(np.linalg.norm(ex - ap) / np.linalg.norm(ap))

@@ -6,8 +6,7 @@ from __future__ import annotations
 import numpy as np
 
 from . import _reference as ref
-from ._core import Fail, call_student, case, compare, hidden_enabled, run_cases
-from ._core import rng as _rng
+from ._core import Fail, answer_of, call_student, case, compare, run_cases, run_specs
 
 _FORBID = ("tostnp.math.objective", "tostnp.math.variational")
 
@@ -22,41 +21,43 @@ def _problem(rng, n, d, K, p):
     return Z, Pi, _orthonormal(rng, K, d, p)
 
 
+# (n, d, K, p, eps): the visible and the hidden problems of both notebooks
 _SIZES = [(20, 6, 3, 2, 0.5), (50, 10, 2, 4, 1.3), (8, 4, 1, 4, 0.7), (30, 5, 4, 1, 0.2)]
 _HIDDEN = [(3, 7, 2, 7, 0.4), (1, 2, 2, 1, 1.0)]
 
 
+def _size_label(n, d, K, p, eps):
+    return f"n={n}, d={d}, K={K}, p={p}"
+
+
 def check_variational_compression(fn, hidden=None):
     """fn(Z, Pi, U, eps) -> R^var_c(Z, Pi | U), a float; U (K, d, p) orthonormal columns."""
-    rng = _rng(21)
-    cases = []
-    for n, d, K, p, eps in _SIZES + (_HIDDEN if hidden_enabled(hidden) else []):
-        def one(n=n, d=d, K=K, p=p, eps=eps):
-            Z, Pi, U = _problem(rng, n, d, K, p)
-            want = ref.variational_compression(Z, Pi, U, eps)
+    def one(rng, n, d, K, p, eps):
+        Z, Pi, U = _problem(rng, n, d, K, p)
+        want = ref.variational_compression(Z, Pi, U, eps)
 
-            def variant(stat_n=False, weight_n=False, scale_n=False):
-                def f():
-                    tot = 0.0
-                    for k in range(K):
-                        n_k = Pi[:, k].sum()
-                        s = Pi[:, k] @ (Z @ U[k]) ** 2 / (n if stat_n else n_k)
-                        a = d / ((n if scale_n else 1.0) * eps**2)
-                        tot += 0.5 * (1.0 / K if weight_n else n_k / n) * np.sum(np.log1p(a * s))
-                    return tot
-                return f
-            diag = [("you computed R_c from eigenvalues; the variational form uses the diagonal "
-                     "of U_k^T M_k U_k in the given bases", lambda: ref.compression(Z, Pi, eps)),
-                    ("the statistic divides by n instead of the group's size n_k",
-                     variant(stat_n=True)),
-                    ("the scale inside the log of R^var_c has no 1/n: the statistic already "
-                     "averages over the group", variant(scale_n=True))]
-            got = call_student(fn, Z.copy(), Pi.copy(), U.copy(), eps, forbidden=_FORBID,
-                               what="variational_compression")
-            compare(got, want, f"R^var_c for n={n}, d={d}, K={K}, p={p}",
-                    factors={"n": n, "K": K, "d": d, "p": p}, diagnoses=diag)
-        cases.append(case(f"n={n}, d={d}, K={K}, p={p}", one))
-    return run_cases("variational_compression", cases)
+        def variant(stat_n=False, weight_n=False, scale_n=False):
+            def f():
+                tot = 0.0
+                for k in range(K):
+                    n_k = Pi[:, k].sum()
+                    s = Pi[:, k] @ (Z @ U[k]) ** 2 / (n if stat_n else n_k)
+                    a = d / ((n if scale_n else 1.0) * eps**2)
+                    tot += 0.5 * (1.0 / K if weight_n else n_k / n) * np.sum(np.log1p(a * s))
+                return tot
+            return f
+        diag = [("you computed R_c from eigenvalues; the variational form uses the diagonal "
+                 "of U_k^T M_k U_k in the given bases", lambda: ref.compression(Z, Pi, eps)),
+                ("the statistic divides by n instead of the group's size n_k",
+                 variant(stat_n=True)),
+                ("the scale inside the log of R^var_c has no 1/n: the statistic already "
+                 "averages over the group", variant(scale_n=True))]
+        got = call_student(fn, Z.copy(), Pi.copy(), U.copy(), eps, forbidden=_FORBID,
+                           what="variational_compression")
+        compare(got, want, f"R^var_c for n={n}, d={d}, K={K}, p={p}",
+                factors={"n": n, "K": K, "d": d, "p": p}, diagnoses=diag)
+    return run_specs("variational_compression", one, _SIZES, _HIDDEN, hidden=hidden, seed=21,
+                     label=_size_label)
 
 
 def _check_bases(U, K, d, p, what):
@@ -74,35 +75,30 @@ def _check_bases(U, K, d, p, what):
 
 def check_tight_basis(fn, hidden=None):
     """fn(Z, Pi) -> U (K, d, d) with orthonormal columns for which R^var_c = R_c (for every eps)."""
-    rng = _rng(22)
     specs = [(30, 5, 3), (12, 8, 2), (40, 3, 1)]
-    if hidden_enabled(hidden):
-        specs += [(5, 9, 2)]
-    cases = []
-    for n, d, K in specs:
-        def one(n=n, d=d, K=K):
-            Z, Pi, _ = _problem(rng, n, d, K, d)
-            U = call_student(fn, Z.copy(), Pi.copy(), forbidden=_FORBID, what="tight_basis")
-            U = _check_bases(U, K, d, d, f"n={n}, d={d}, K={K}")
-            for eps in (0.3, 1.0):
-                gap = ref.variational_compression(Z, Pi, U, eps) - ref.compression(Z, Pi, eps)
-                if gap > 1e-8:
-                    k = int(np.argmax([np.abs(np.triu(U[k].T @ Z.T @ (Pi[:, k:k + 1] * Z) @ U[k], 1)).max()
-                                       for k in range(K)]))
-                    raise Fail(f"n={n}, d={d}, K={K}, eps={eps}: R^var_c exceeds R_c by {gap:.2e}. "
-                               f"For group {k}, U_k^T (Z^T Diag(pi_k) Z) U_k is not diagonal: which "
-                               "basis makes a symmetric matrix diagonal?")
-        cases.append(case(f"n={n}, d={d}, K={K}", one))
-    return run_cases("tight_basis", cases)
+    hidden_specs = [(5, 9, 2)]
+
+    def one(rng, n, d, K):
+        Z, Pi, _ = _problem(rng, n, d, K, d)
+        U = call_student(fn, Z.copy(), Pi.copy(), forbidden=_FORBID, what="tight_basis")
+        U = _check_bases(U, K, d, d, f"n={n}, d={d}, K={K}")
+        for eps in (0.3, 1.0):
+            gap = ref.variational_compression(Z, Pi, U, eps) - ref.compression(Z, Pi, eps)
+            if gap > 1e-8:
+                k = int(np.argmax([np.abs(np.triu(U[k].T @ Z.T @ (Pi[:, k:k + 1] * Z) @ U[k], 1)).max()
+                                   for k in range(K)]))
+                raise Fail(f"n={n}, d={d}, K={K}, eps={eps}: R^var_c exceeds R_c by {gap:.2e}. "
+                           f"For group {k}, U_k^T (Z^T Diag(pi_k) Z) U_k is not diagonal: which "
+                           "basis makes a symmetric matrix diagonal?")
+    return run_specs("tight_basis", one, specs, hidden_specs, hidden=hidden, seed=22,
+                     label=lambda n, d, K: f"n={n}, d={d}, K={K}")
 
 
 def check_bound_counterexample(result, hidden=None):
     """result = (Z, Pi, U, eps), or a function returning it, with U (K, d, p), p < d, orthonormal columns, for which
     R^var_c(Z, Pi | U) < R_c(Z, Pi): the bound R_c <= R^var_c needs p >= the rank."""
     def one():
-        got = result
-        if callable(got):
-            got = call_student(got, forbidden=_FORBID, what="counterexample")
+        got = answer_of(result, forbidden=_FORBID, what="counterexample")
         if not isinstance(got, (tuple, list)) or len(got) != 4:
             raise Fail("return a tuple (Z, Pi, U, eps)")
         Z, Pi, U, eps = (np.asarray(a, dtype=float) for a in got)

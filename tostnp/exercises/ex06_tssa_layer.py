@@ -9,14 +9,13 @@ from __future__ import annotations
 import numpy as np
 
 from . import _reference as ref
-from ._core import call_student, case, compare, hidden_enabled, run_cases
-from ._core import rng as _rng
+from ._core import call_student, compare, run_specs
 
 _FORBID = ("tostnp.nn", "tostnp.models")
 _FORBID_AD = _FORBID + ("autograd",)
 
 _SHAPES = [(2, 10, 12, 3), (1, 1, 4, 2), (3, 7, 8, 1), (2, 5, 6, 6)]   # (B, N, C, h)
-_HIDDEN = [(1, 16, 8, 2, "dead"), (2, 3, 4, 4, "nobias")]
+_HIDDEN = [(1, 16, 8, 2, "dead"), (2, 3, 4, 4, "nobias")]             # (B, N, C, h, kind)
 
 
 def _inputs(rng, B, N, C, h, kind=""):
@@ -61,52 +60,44 @@ def _forward_diagnoses(x, params, h):
             ("the output bias b_o is missing", lambda: _variant(x, params, h, bias_o=False)[0])]
 
 
+def _shape_label(B, N, C, h, kind=""):
+    return f"(B, N, C, h) = {(B, N, C, h)} {kind}"
+
+
 def check_tssa_memberships(fn, hidden=None):
     """fn(w, temp, num_heads) -> Pi (B, h, N): TSSA memberships from w = x W_u + b_u (B, N, C)."""
-    rng = _rng(31)
-    cases = []
-    for spec in _SHAPES + (_HIDDEN if hidden_enabled(hidden) else []):
-        B, N, C, h = spec[:4]
-        kind = spec[4] if len(spec) > 4 else ""
-
-        def one(B=B, N=N, C=C, h=h, kind=kind):
-            x, params = _inputs(rng, B, N, C, h, kind)
-            w = x @ params["W_u"] + params.get("b_u", 0.0)
-            want = ref.tssa_forward(x, params, h)[1]
-            ident = {"W_u": np.eye(C), "temp": params["temp"], "W_o": np.eye(C)}
-            diag = [("each token's memberships must sum to 1 over the heads: the softmax runs "
-                     "over the wrong axis", lambda: _variant(w, ident, h, pi_axis=1)[1]),
-                    ("each coordinate is normalised by its norm along the TOKEN axis",
-                     lambda: _variant(w, ident, h, norm_axis=2)[1]),
-                    ("the temperatures are not applied",
-                     lambda: _variant(w, ident, h, temp=False)[1])]
-            got = call_student(fn, w.copy(), params["temp"].copy(), h, forbidden=_FORBID,
-                               what="tssa_memberships")
-            compare(got, want, f"Pi for (B, N, C, h) = {(B, N, C, h)}",
-                    shape_desc="(B, h, N): heads before tokens", diagnoses=diag, rtol=1e-9)
-        cases.append(case(f"(B, N, C, h) = {(B, N, C, h)} {kind}", one))
-    return run_cases("tssa_memberships", cases)
+    def one(rng, B, N, C, h, kind=""):
+        x, params = _inputs(rng, B, N, C, h, kind)
+        w = x @ params["W_u"] + params.get("b_u", 0.0)
+        want = ref.tssa_forward(x, params, h)[1]
+        ident = {"W_u": np.eye(C), "temp": params["temp"], "W_o": np.eye(C)}
+        diag = [("each token's memberships must sum to 1 over the heads: the softmax runs "
+                 "over the wrong axis", lambda: _variant(w, ident, h, pi_axis=1)[1]),
+                ("each coordinate is normalised by its norm along the TOKEN axis",
+                 lambda: _variant(w, ident, h, norm_axis=2)[1]),
+                ("the temperatures are not applied",
+                 lambda: _variant(w, ident, h, temp=False)[1])]
+        got = call_student(fn, w.copy(), params["temp"].copy(), h, forbidden=_FORBID,
+                           what="tssa_memberships")
+        compare(got, want, f"Pi for (B, N, C, h) = {(B, N, C, h)}",
+                shape_desc="(B, h, N): heads before tokens", diagnoses=diag, rtol=1e-9)
+    return run_specs("tssa_memberships", one, _SHAPES, _HIDDEN, hidden=hidden, seed=31,
+                     label=_shape_label)
 
 
 def check_tssa_forward(fn, hidden=None):
     """fn(x, params, num_heads) -> y (B, N, C), the non-causal TSSA layer (a pair (y, Pi) is
     accepted too: only y is checked)."""
-    rng = _rng(32)
-    cases = []
-    for spec in _SHAPES + [(2, 6, 8, 2, "nobias")] + (_HIDDEN if hidden_enabled(hidden) else []):
-        B, N, C, h = spec[:4]
-        kind = spec[4] if len(spec) > 4 else ""
-
-        def one(B=B, N=N, C=C, h=h, kind=kind):
-            x, params = _inputs(rng, B, N, C, h, kind)
-            want = ref.tssa_forward(x, params, h)[0]
-            got = call_student(fn, x.copy(), {k: v.copy() for k, v in params.items()}, h,
-                               forbidden=_FORBID, what="tssa_forward")
-            if isinstance(got, (tuple, list)) and len(got) == 2:
-                got = got[0]
-            diag = _forward_diagnoses(x, params, h) if "b_o" in params else \
-                _forward_diagnoses(x, params, h)[:-1]
-            compare(got, want, f"y for (B, N, C, h) = {(B, N, C, h)}{' ' + kind if kind else ''}",
-                    shape_desc="(B, N, C)", diagnoses=diag, rtol=1e-9)
-        cases.append(case(f"(B, N, C, h) = {(B, N, C, h)} {kind}", one))
-    return run_cases("tssa_forward", cases)
+    def one(rng, B, N, C, h, kind=""):
+        x, params = _inputs(rng, B, N, C, h, kind)
+        want = ref.tssa_forward(x, params, h)[0]
+        got = call_student(fn, x.copy(), {k: v.copy() for k, v in params.items()}, h,
+                           forbidden=_FORBID, what="tssa_forward")
+        if isinstance(got, (tuple, list)) and len(got) == 2:
+            got = got[0]
+        diag = _forward_diagnoses(x, params, h) if "b_o" in params else \
+            _forward_diagnoses(x, params, h)[:-1]
+        compare(got, want, f"y for (B, N, C, h) = {(B, N, C, h)}{' ' + kind if kind else ''}",
+                shape_desc="(B, N, C)", diagnoses=diag, rtol=1e-9)
+    return run_specs("tssa_forward", one, _SHAPES + [(2, 6, 8, 2, "nobias")], _HIDDEN,
+                     hidden=hidden, seed=32, label=_shape_label)

@@ -13,8 +13,7 @@ import autograd.numpy as anp
 import numpy as np
 
 from . import _reference as ref
-from ._core import call_student, case, compare, hidden_enabled, run_cases
-from ._core import rng as _rng
+from ._core import Fail, call_student, compare, run_specs
 
 _FORBID = ("tostnp.nn.layers", "tostnp.nn.block", "tostnp.models")
 LN_EPS = 1e-6
@@ -43,71 +42,65 @@ def _ln_loop(x, gamma, beta, eps):
 
 def check_layer_norm(fn, hidden=None):
     """fn(x, gamma, beta, eps) -> y, LayerNorm over the last axis (biased variance)."""
-    rng = _rng(51)
-    shapes = [(4, 6), (2, 3, 5), (7, 1, 8), (3, 2)]
-    if hidden_enabled(hidden):
-        shapes += [(1, 1, 1), (2, 9)]
-    cases = []
-    for shape in shapes:
-        def one(shape=shape):
-            x = 3 * rng.standard_normal(shape) + 1
-            g, b = rng.standard_normal(shape[-1]), rng.standard_normal(shape[-1])
-            eps = 1e-3
-            want = _ln_loop(x, g, b, eps)
-            C = shape[-1]
-            mu, var = x.mean(-1, keepdims=True), x.var(-1, keepdims=True)
-            diag = [("the variance: LayerNorm uses the biased one (divide by C, not C - 1)",
-                     lambda: (x - mu) / np.sqrt(x.var(-1, ddof=1, keepdims=True) + eps) * g + b),
-                    ("eps goes inside the square root, with the variance",
-                     lambda: (x - mu) / (np.sqrt(var) + eps) * g + b),
-                    ("the statistics are taken over the wrong axis: one mean and variance per "
-                     "token, over its C features",
-                     lambda: (x - x.mean(0, keepdims=True)) / np.sqrt(x.var(0, keepdims=True) + eps)
-                     * g + b),
-                    ("gamma and beta are swapped", lambda: (x - mu) / np.sqrt(var + eps) * b + g)]
-            got = call_student(fn, x.copy(), g.copy(), b.copy(), eps, forbidden=_FORBID,
-                               what="layer_norm")
-            compare(got, want, f"LayerNorm of shape {shape}", diagnoses=diag if C > 1 else [],
-                    shape_desc="(like x)")
-        cases.append(case(f"shape {shape}", one))
-    return run_cases("layer_norm", cases)
+    specs = [((4, 6),), ((2, 3, 5),), ((7, 1, 8),), ((3, 2),)]              # (shape,)
+    hidden_specs = [((1, 1, 1),), ((2, 9),)]
+
+    def one(rng, shape):
+        x = 3 * rng.standard_normal(shape) + 1
+        g, b = rng.standard_normal(shape[-1]), rng.standard_normal(shape[-1])
+        eps = 1e-3
+        want = _ln_loop(x, g, b, eps)
+        C = shape[-1]
+        mu, var = x.mean(-1, keepdims=True), x.var(-1, keepdims=True)
+        diag = [("the variance: LayerNorm uses the biased one (divide by C, not C - 1)",
+                 lambda: (x - mu) / np.sqrt(x.var(-1, ddof=1, keepdims=True) + eps) * g + b),
+                ("eps goes inside the square root, with the variance",
+                 lambda: (x - mu) / (np.sqrt(var) + eps) * g + b),
+                ("the statistics are taken over the wrong axis: one mean and variance per "
+                 "token, over its C features",
+                 lambda: (x - x.mean(0, keepdims=True)) / np.sqrt(x.var(0, keepdims=True) + eps)
+                 * g + b),
+                ("gamma and beta are swapped", lambda: (x - mu) / np.sqrt(var + eps) * b + g)]
+        got = call_student(fn, x.copy(), g.copy(), b.copy(), eps, forbidden=_FORBID,
+                           what="layer_norm")
+        compare(got, want, f"LayerNorm of shape {shape}", diagnoses=diag if C > 1 else [],
+                shape_desc="(like x)")
+    return run_specs("layer_norm", one, specs, hidden_specs, hidden=hidden, seed=51,
+                     label=lambda shape: f"shape {shape}")
 
 
 def check_layer_norm_backward(fn, hidden=None):
     """fn(dy, x, gamma, beta, eps) -> (dx, dgamma, dbeta), the adjoint of LayerNorm."""
-    rng = _rng(52)
     # the last case has entries near 1e4: finite differences lose 6 digits there
-    shapes = [((4, 6), 1.0), ((2, 3, 5), 1.0), ((5, 2), 1.0), ((3, 8), 1e4)]
-    if hidden_enabled(hidden):
-        shapes += [((1, 1, 3), 1.0), ((2, 2, 4), 3e4)]
-    cases = []
-    for shape, scale in shapes:
-        def one(shape=shape, scale=scale):
-            x = 2 * scale * rng.standard_normal(shape) + scale
-            g, b = rng.standard_normal(shape[-1]), rng.standard_normal(shape[-1])
-            dy = rng.standard_normal(shape)
-            eps = 1e-3
+    specs = [((4, 6), 1.0), ((2, 3, 5), 1.0), ((5, 2), 1.0), ((3, 8), 1e4)]
+    hidden_specs = [((1, 1, 3), 1.0), ((2, 2, 4), 3e4)]
 
-            def L(x, g, b, stop=False):
-                return anp.sum(dy * _ln(x, g, b, eps, stop))
-            dx, dg, db = autograd.grad(L, (0, 1, 2))(x, g, b)
-            held = autograd.grad(lambda x: L(x, g, b, True))(x)
-            got = call_student(fn, dy.copy(), x.copy(), g.copy(), b.copy(), eps,
-                               forbidden=_FORBID + ("autograd",), what="layer_norm_backward")
-            if not isinstance(got, (tuple, list)) or len(got) != 3:
-                from ._core import Fail
-                raise Fail("return a triple (dx, dgamma, dbeta)")
-            M = int(np.prod(shape[:-1]))
-            at = f" for shape {shape}" + (f", entries near {scale:g}" if scale != 1 else "")
-            compare(got[2], db, f"dbeta{at}", shape_desc="(C,): summed over tokens",
-                    factors={"the number of tokens": M}, derived=True)
-            compare(got[1], dg, f"dgamma{at}", shape_desc="(C,): summed over tokens",
-                    factors={"the number of tokens": M}, derived=True)
-            compare(got[0], dx, f"dx{at}", shape_desc="(like x)", derived=True,
-                    diagnoses=[("the mean and the variance depend on x too: their paths are "
-                                "missing", lambda: held)])
-        cases.append(case(f"shape {shape}" + (f", scale {scale:g}" if scale != 1 else ""), one))
-    return run_cases("layer_norm_backward", cases)
+    def one(rng, shape, scale):
+        x = 2 * scale * rng.standard_normal(shape) + scale
+        g, b = rng.standard_normal(shape[-1]), rng.standard_normal(shape[-1])
+        dy = rng.standard_normal(shape)
+        eps = 1e-3
+
+        def L(x, g, b, stop=False):
+            return anp.sum(dy * _ln(x, g, b, eps, stop))
+        dx, dg, db = autograd.grad(L, (0, 1, 2))(x, g, b)
+        held = autograd.grad(lambda x: L(x, g, b, True))(x)
+        got = call_student(fn, dy.copy(), x.copy(), g.copy(), b.copy(), eps,
+                           forbidden=_FORBID + ("autograd",), what="layer_norm_backward")
+        if not isinstance(got, (tuple, list)) or len(got) != 3:
+            raise Fail("return a triple (dx, dgamma, dbeta)")
+        M = int(np.prod(shape[:-1]))
+        at = f" for shape {shape}" + (f", entries near {scale:g}" if scale != 1 else "")
+        compare(got[2], db, f"dbeta{at}", shape_desc="(C,): summed over tokens",
+                factors={"the number of tokens": M}, derived=True)
+        compare(got[1], dg, f"dgamma{at}", shape_desc="(C,): summed over tokens",
+                factors={"the number of tokens": M}, derived=True)
+        compare(got[0], dx, f"dx{at}", shape_desc="(like x)", derived=True,
+                diagnoses=[("the mean and the variance depend on x too: their paths are "
+                            "missing", lambda: held)])
+    return run_specs("layer_norm_backward", one, specs, hidden_specs, hidden=hidden, seed=52,
+                     label=lambda shape, scale: f"shape {shape}" + (
+                         f", scale {scale:g}" if scale != 1 else ""))
 
 
 def _gelu(x):
@@ -145,27 +138,24 @@ def block_params(rng, C, h, H):
 
 def check_tost_block(fn, hidden=None):
     """fn(x, params, num_heads) -> y (B, N, C): the ToST block (keys as tostnp.nn.tost_block_init)."""
-    rng = _rng(53)
     specs = [(2, 6, 8, 2, 16), (1, 1, 4, 1, 8), (3, 5, 6, 3, 12)]
-    if hidden_enabled(hidden):
-        specs += [(1, 9, 4, 4, 4)]
-    cases = []
-    for B, N, C, h, H in specs:
-        def one(B=B, N=N, C=C, h=h, H=H):
-            P = block_params(rng, C, h, H)
-            x = rng.standard_normal((B, N, C))
-            want = block_reference(x, P, h)
-            names = {"no-res1": "the residual around the attention branch is missing",
-                     "no-res2": "the residual around the MLP branch is missing",
-                     "no-ls": "the LayerScale factors ls1 / ls2 are missing",
-                     "ln2-of-x": "the second LayerNorm must see x1 (after the first residual), "
-                                 "not x",
-                     "erf": "this block's GELU is the tanh approximation, not the erf form"}
-            diag = [(text, lambda v=v: block_reference(x, P, h, variant=v))
-                    for v, text in names.items()]
-            got = call_student(fn, x.copy(), {k: v.copy() for k, v in P.items()}, h,
-                               forbidden=_FORBID, what="tost_block")
-            compare(got, want, f"block output for (B, N, C, h) = {(B, N, C, h)}",
-                    shape_desc="(B, N, C)", diagnoses=diag, rtol=1e-9)
-        cases.append(case(f"(B, N, C, h) = {(B, N, C, h)}", one))
-    return run_cases("tost_block", cases)
+    hidden_specs = [(1, 9, 4, 4, 4)]
+
+    def one(rng, B, N, C, h, H):
+        P = block_params(rng, C, h, H)
+        x = rng.standard_normal((B, N, C))
+        want = block_reference(x, P, h)
+        names = {"no-res1": "the residual around the attention branch is missing",
+                 "no-res2": "the residual around the MLP branch is missing",
+                 "no-ls": "the LayerScale factors ls1 / ls2 are missing",
+                 "ln2-of-x": "the second LayerNorm must see x1 (after the first residual), "
+                             "not x",
+                 "erf": "this block's GELU is the tanh approximation, not the erf form"}
+        diag = [(text, lambda v=v: block_reference(x, P, h, variant=v))
+                for v, text in names.items()]
+        got = call_student(fn, x.copy(), {k: v.copy() for k, v in P.items()}, h,
+                           forbidden=_FORBID, what="tost_block")
+        compare(got, want, f"block output for (B, N, C, h) = {(B, N, C, h)}",
+                shape_desc="(B, N, C)", diagnoses=diag, rtol=1e-9)
+    return run_specs("tost_block", one, specs, hidden_specs, hidden=hidden, seed=53,
+                     label=lambda B, N, C, h, H: f"(B, N, C, h) = {(B, N, C, h)}")

@@ -11,8 +11,7 @@ import numpy as np
 from ..backend import to_host
 from . import _reference as ref
 from ._core import OnDevice, XpResult
-from ._core import Fail, call_student, case, compare, hidden_enabled, run_cases
-from ._core import rng as _rng
+from ._core import Fail, call_student, compare, run_specs
 
 _FORBID = ("tostnp.math.objective", "tostnp.nn")
 
@@ -54,38 +53,32 @@ def _run_on_device(fn, what, *arrays_and_args):
 
 def check_xp_coding_rate(fn, hidden=None):
     """fn(Z, eps) -> R(Z) as a 0-d array of Z's namespace, on Z's device."""
-    rng = _rng(81)
-    sizes = [(30, 5, 0.5), (4, 9, 1.0), (60, 12, 0.1)]
-    if hidden_enabled(hidden):
-        sizes += [(1, 2, 0.3)]
-    cases = []
-    for n, d, eps in sizes:
-        def one(n=n, d=d, eps=eps):
-            Z = rng.standard_normal((n, d))
-            got = _run_on_device(fn, "xp_coding_rate", Z, eps)
-            compare(got, ref.coding_rate(Z, eps), f"R(Z) for n={n}, d={d}, eps={eps}",
-                    factors={"n": n, "d": d})
-        cases.append(case(f"n={n}, d={d}", one))
-    return run_cases("xp_coding_rate", cases)
+    specs = [(30, 5, 0.5), (4, 9, 1.0), (60, 12, 0.1)]
+    hidden_specs = [(1, 2, 0.3)]
+
+    def one(rng, n, d, eps):
+        Z = rng.standard_normal((n, d))
+        got = _run_on_device(fn, "xp_coding_rate", Z, eps)
+        compare(got, ref.coding_rate(Z, eps), f"R(Z) for n={n}, d={d}, eps={eps}",
+                factors={"n": n, "d": d})
+    return run_specs("xp_coding_rate", one, specs, hidden_specs, hidden=hidden, seed=81,
+                     label=lambda n, d, eps: f"n={n}, d={d}")
 
 
 def check_xp_softmax(fn, hidden=None):
     """fn(l) -> softmax over the last axis, any leading axes, for any namespace and device;
     stable for large logits."""
-    rng = _rng(82)
     specs = [((4, 3), 1.0), ((2, 5, 4), 1.0), ((6,), 500.0)]
-    if hidden_enabled(hidden):
-        specs += [((3, 1), 1.0)]
-    cases = []
-    for shape, s in specs:
-        def one(shape=shape, s=s):
-            l = s * rng.standard_normal(shape)
-            e = np.exp(l - l.max(axis=-1, keepdims=True))
-            want = e / e.sum(axis=-1, keepdims=True)
-            got = _run_on_device(fn, "xp_softmax", l)
-            compare(got, want, f"softmax of shape {shape}, scale {s}", shape_desc="(like l)",
-                    diagnoses=[("the softmax runs over the wrong axis: the last one",
-                                lambda: np.exp(l - l.max(0, keepdims=True))
-                                / np.exp(l - l.max(0, keepdims=True)).sum(0, keepdims=True))])
-        cases.append(case(f"shape {shape}, scale {s}", one))
-    return run_cases("xp_softmax", cases)
+    hidden_specs = [((3, 1), 1.0)]
+
+    def one(rng, shape, s):
+        l = s * rng.standard_normal(shape)
+        e = np.exp(l - l.max(axis=-1, keepdims=True))
+        want = e / e.sum(axis=-1, keepdims=True)
+        got = _run_on_device(fn, "xp_softmax", l)
+        compare(got, want, f"softmax of shape {shape}, scale {s}", shape_desc="(like l)",
+                diagnoses=[("the softmax runs over the wrong axis: the last one",
+                            lambda: np.exp(l - l.max(0, keepdims=True))
+                            / np.exp(l - l.max(0, keepdims=True)).sum(0, keepdims=True))])
+    return run_specs("xp_softmax", one, specs, hidden_specs, hidden=hidden, seed=82,
+                     label=lambda shape, s: f"shape {shape}, scale {s}")

@@ -47,6 +47,7 @@ from pathlib import Path
 
 import numpy as np
 
+from . import _child as wire
 from . import _core
 from . import notebook as nbk
 from ..io.atomic import atomic_write_text
@@ -247,7 +248,7 @@ def _source(module: str) -> Path:
 
 
 # --------------------------------------------------------------------------------------------
-# the wire (the child's side is in _child.py)
+# the wire (framing: _child.frame, unframe and write_all, shared with the child)
 # --------------------------------------------------------------------------------------------
 class Lost(Exception):
     """The child ran past its budget, died, or sent something unreadable."""
@@ -472,18 +473,9 @@ class Session:
 
     # -- messages -----------------------------------------------------------------------------
     def _send(self, head, arrays=None):
-        body = json.dumps(head).encode()
-        extra = b""
-        if arrays:
-            b = io.BytesIO()
-            np.savez(b, **arrays)
-            extra = b.getvalue()
-        msg = struct.pack(">I", len(body)) + body + extra
+        msg = wire.frame(head, arrays)
         try:
-            os.write(self.wfd, struct.pack(">Q", len(msg)))
-            view = memoryview(msg)
-            while view:
-                view = view[os.write(self.wfd, view[:1 << 20]):]
+            wire.write_all(self.wfd, msg)
         except OSError:
             raise Lost(self._death()) from None
 
@@ -515,13 +507,8 @@ class Session:
         if n > MAX_MESSAGE or n < 4:
             raise Lost(f"sent a reply of {n} bytes (the limit is {MAX_MESSAGE})")
         data = self._read(n, until)
-        (j,) = struct.unpack(">I", data[:4])
         try:
-            head = json.loads(data[4:4 + j].decode())
-            arrays = {}
-            if len(data) > 4 + j:
-                with np.load(io.BytesIO(data[4 + j:]), allow_pickle=False) as z:
-                    arrays = {k: z[k] for k in z.files}
+            head, arrays = wire.unframe(data)
         except Exception as e:                               # noqa: BLE001  untrusted bytes
             raise Lost(f"sent an unreadable reply ({type(e).__name__})") from None
         if not isinstance(head, dict):
