@@ -61,6 +61,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     r.add_argument("--out", default="bench_out",
                    help="output folder for bench_<device>.json and the plots [bench_out]")
     r.add_argument("--no-progress", action="store_true", help="no tqdm progress bar")
+    r.add_argument("--default-malloc", action="store_true",
+                   help="keep glibc's default allocator settings instead of keeping freed "
+                        "memory in the process as training does (to measure what that saves)")
     r.add_argument("--threads", type=THREADS, nargs="+", default=None, metavar="N",
                    help="CPU threads for BLAS [all cores]; with --train several "
                         "counts (e.g. 1 2) are timed side by side")
@@ -73,9 +76,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     t.add_argument("--compare-plain", action="store_true",
                    help="with --train: also run every step with the NumPy fast path off "
                         "(interleaved) and print the ratio")
-    t.add_argument("--default-malloc", action="store_true",
-                   help="with --train: keep glibc's default allocator settings (to measure "
-                        "what keeping freed memory saves)")
 
 
 def _settings(args) -> dict:
@@ -161,7 +161,10 @@ def _run(args) -> int:
         raise ValueError("--device gpu needs CuPy and a usable CUDA GPU, and none is available "
                          "here (cupy.cuda.is_available() is False or CuPy is not installed). "
                          "Nothing was measured or written; run with --device cpu.")
+    # as training runs (tostnp.train.loop.train): freed arrays are reused, not faulted in anew
+    kept = False if args.default_malloc or s["device"] != "cpu" else backend.keep_freed_memory()
     result = run_benchmark(s, progress=not args.no_progress)
+    result["meta"]["kept_freed_memory"] = kept
     result["targets"] = evaluate_targets(result)
     result["meta"]["command"] = _command(s, args)
     os.makedirs(args.out, exist_ok=True)
@@ -186,5 +189,7 @@ def _command(s, args) -> str:
                  f"--max-mem-gb {s['max_mem_gb']:g} --seed {s['seed']}")
     if not s["train"]:
         parts.append("--no-train")
+    if args.default_malloc:
+        parts.append("--default-malloc")
     parts.append(f"--out {args.out}")
     return " ".join(parts)
