@@ -149,11 +149,13 @@ def _decode_tasks(s, rng, xp, dtype):
 
 
 def _train_bench(dev, s, rng, tick):
-    """Training steps per second of the default models on synthetic data."""
+    """Training steps per second of the default models on synthetic data (the batch in shards
+    on the threads where training shards it, :mod:`tostnp.train.shards`)."""
     from ..models import (get_vision_config, get_lm_config, vision_init, lm_init,
                          vision_loss_and_grads, lm_loss_and_grads, num_params)
     from ..train.optim import AdamW
     from ..train.loop import TrainConfig
+    from ..train.shards import sharded
     xp, dtype = dev.xp, getattr(dev.xp, s["dtype"])
     tcfg = TrainConfig()
     batch = 8 if s["quick"] else tcfg.batch_size
@@ -177,7 +179,9 @@ def _train_bench(dev, s, rng, tick):
         (batch, vcfg.image_size, vcfg.image_size, vcfg.in_chans)), dtype=dtype)
     labels = xp.asarray(host.integers(0, vcfg.num_classes, size=batch))
 
-    t = step_seconds(params, lambda P: vision_loss_and_grads(P, images, labels, vcfg))
+    t = step_seconds(params, lambda P: sharded(
+        lambda Q, X, y: vision_loss_and_grads(Q, X, y, vcfg), P, (images, labels), xp,
+        row_elements=vcfg.block_tokens * vcfg.width))
     out["vision:tiny-digits"] = {
         "step_s": t, "batch": batch, "images_per_s": batch / t,
         "tokens_per_image": vcfg.num_patches, "params": int(num_params(params)),
@@ -190,7 +194,9 @@ def _train_bench(dev, s, rng, tick):
     ids = xp.asarray(host.integers(0, lcfg.vocab_size, size=(batch, T + 1)))
     x_ids, y_ids = ids[:, :-1], ids[:, 1:]
 
-    t = step_seconds(params, lambda P: lm_loss_and_grads(P, x_ids, y_ids, lcfg))
+    t = step_seconds(params, lambda P: sharded(
+        lambda Q, i, t: lm_loss_and_grads(Q, i, t, lcfg), P, (x_ids, y_ids), xp,
+        row_elements=T * lcfg.width))
     out["lm:tiny-char"] = {
         "step_s": t, "batch": batch, "seq_len": T,
         "tokens_per_s": batch * T / t, "params": int(num_params(params)),

@@ -169,7 +169,7 @@ def _vision_step(xp, dtype, quick, seed):
 
     fwd, bwd, shards = _classifier_phases(xp, opt, batch,
                                           lambda x, p: vision_forward(x, p, cfg), vision_backward,
-                                          (cfg.num_patches + cfg.num_registers) * cfg.width)
+                                          cfg.block_tokens * cfg.width)
     return _Step("vision", f"vision tiny-digits train step ({B} images)", B, "images",
                  fwd, bwd, opt_step, shards)
 

@@ -104,6 +104,11 @@ class VisionConfig:
     def grid(self) -> int:
         return self.image_size // self.patch_size
 
+    @property
+    def block_tokens(self) -> int:
+        """Tokens of one image in the ToST blocks: its patches and the registers."""
+        return self.num_patches + self.num_registers
+
     def validate(self) -> "VisionConfig":
         _check_model(self, ("image_size", "in_chans", "patch_size", "num_classes", "width",
                             "depth", "num_heads", "mlp_ratio", "num_cls_blocks"))

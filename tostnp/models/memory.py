@@ -18,7 +18,7 @@ __all__ = ["param_terms", "param_lower_bound", "estimate_bytes", "check_model_fi
 
 def _tokens(kind, cfg) -> int:
     if kind == "vision":
-        return cfg.num_patches + cfg.num_registers + (1 if cfg.pool == "cls" else 0)
+        return cfg.block_tokens + (1 if cfg.pool == "cls" else 0)
     return cfg.block_size
 
 

@@ -105,7 +105,7 @@ class VisionTask:
 
     def _row_elements(self, X) -> int:
         """Tokens x width of one image's activations in the blocks."""
-        return (self.cfg.num_patches + self.cfg.num_registers) * self.cfg.width
+        return self.cfg.block_tokens * self.cfg.width
 
     def loss_and_grads(self, params, batch):
         """One batch's mean loss and gradients, on the CPU's threads in shards of the batch
