@@ -188,3 +188,22 @@ def test_sharded_training_repeats_exactly_and_follows_one_thread(any_size, tmp_p
     assert len(runs["a"]) == 5
     assert runs["a"] == runs["b"]
     np.testing.assert_allclose(runs["a"], runs["one"], rtol=1e-4)
+
+
+def test_sharded_resume_is_bit_identical(any_size, tmp_path):
+    """On 2 threads, in shards: stopped at step 3 and resumed equals the run that went through."""
+    tcfg = dict(steps=6, batch_size=6, lr=1e-2, warmup_steps=1, eval_every=3, log_every=1,
+                seed=2)
+    with backend.threads(2):
+        full = train(_lm(np.float32, batch=6), TrainConfig(**tcfg), str(tmp_path / "full"),
+                     progress=False, plot=False)
+        train(_lm(np.float32, batch=6), TrainConfig(**tcfg, stop_at=3), str(tmp_path / "part"),
+              progress=False, plot=False)
+        res = train(_lm(np.float32, batch=6), TrainConfig(**tcfg), str(tmp_path / "part"),
+                    resume=True, progress=False, plot=False)
+    assert res["step"] == 6
+    losses = [[r.get("loss") for r in out["metrics"] if r.get("kind") == "train"]
+              for out in (full, res)]
+    assert losses[0][3:] == losses[1][-3:]
+    for k, v in full["params"].items():
+        np.testing.assert_array_equal(v, res["params"][k], err_msg=k)

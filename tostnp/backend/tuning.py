@@ -28,9 +28,11 @@ PIECES_MIN = 1 << 20
 # size of its activations in the blocks, tokens x width. Below it the step runs whole: a
 # shard's fixed cost -- the Python calls of a forward and backward, which hold the GIL -- would
 # outweigh what the second core gains, and BLAS's and the kernels' own threads do better.
-# Chosen with ``python3 run.py bench --train --threads 1 2``: at 2 threads the LM preset
-# (shards of 16 x 64 tokens x 128 = 131,072) gains from shards, the digits preset (shards of
-# 32 images x 16 patches x 64 = 32,768) loses.
+# Chosen with ``python3 run.py bench --train --threads 1 2`` and the same steps with the limit
+# set to 1: at 2 threads the LM preset's step (shards of 16 x 64 tokens x 128 = 131,072) took
+# 0.6x its one-thread time in shards against about 0.7x whole; the digits preset's (shards of 32
+# images x 16 patches x 64 = 32,768) 9.5-9.6 ms in shards against 7.9-8.1 ms whole. The limit sits
+# between the two; it was not swept further.
 SHARD_MIN_ELEMENTS = 1 << 16
 
 # ---------------------------------------------------------------------------------------------
