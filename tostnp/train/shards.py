@@ -16,8 +16,9 @@ product well over two cores; two shards of half the batch each fill one core.
 
 When it shards (:func:`shard_count`): NumPy with the fast path on, ``--threads`` (or
 :func:`tostnp.backend.threads`) above 1, shards whose activations (tokens x width) hold at
-least ``tuning.SHARD_MIN_ELEMENTS`` numbers, and a model without batch statistics (BatchNorm's running statistics, the parameters
-:func:`tostnp.nn.params.is_state` names, couple the items of a batch and are updated in place).
+least ``tuning.SHARD_MIN_ELEMENTS`` numbers, and a model without batch statistics
+(BatchNorm's running statistics, the parameters :func:`tostnp.nn.params.is_state` names,
+couple the items of a batch and are updated in place).
 Otherwise the step is the model's own ``loss_and_grads`` on the whole batch. The shards, and so
 the rounding, depend on the thread count: a run repeats exactly with the same ``--threads``;
 with another count its numbers differ by float rounding only (``tests/test_shards.py`` compares
