@@ -7,7 +7,7 @@ its first axis into shards of B_1, ..., B_n items gives
     loss  = sum_s (B_s / B) loss_s            grads = sum_s (B_s / B) grads_s
 
 where loss_s and grads_s are the shard's own mean loss and gradients: the same numbers as the
-whole batch, up to the order in which float sums are added. Each shard runs the model's plain
+whole batch, up to the order in which float sums are added. Each shard runs the model's own
 forward and backward on its own thread with BLAS and the fast path on one thread
 (:func:`tostnp.backend.runtime.serial`): NumPy releases the GIL inside its loops and matrix
 products, so the shards' arithmetic runs side by side, and no BLAS thread spins waiting for work.
@@ -21,8 +21,8 @@ least ``tuning.SHARD_MIN_ELEMENTS`` numbers, and a model without batch statistic
 couple the items of a batch and are updated in place).
 Otherwise the step is the model's own ``loss_and_grads`` on the whole batch. The shards, and so
 the rounding, depend on the thread count: a run repeats exactly with the same ``--threads``;
-with another count its numbers differ by float rounding only (``tests/test_shards.py`` compares
-the two within float32 tolerance and against the plain path).
+with another count its numbers differ by float rounding only (``tests/test_shards.py``: the
+loss and gradients of a step to 1e-11 in float64, a training run's losses to float32 rounding).
 
 Memory: the shards' activations add up to the whole batch's; each shard holds its own
 gradients until they are combined (one more copy of the parameters' size per extra shard).
