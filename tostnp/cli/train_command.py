@@ -10,8 +10,9 @@ Examples::
 
 Every run directory gets metrics.jsonl, curves.png and checkpoint.{npz,json}; a vision run also
 gets the interpretability figures (memberships.png, compression.png). ``--resume`` takes the
-model and training settings from the checkpoint and continues bit-identically; an option given
-with it that differs from the checkpoint is refused (``--stop-at``, ``--checkpoint-every``,
+model and training settings from the checkpoint and continues bit-identically (at the same
+``--threads``: a batch large enough runs in one shard per thread, :mod:`tostnp.train.shards`);
+an option given with it that differs from the checkpoint is refused (``--stop-at``, ``--checkpoint-every``,
 ``--data-dir``, ``--device`` and ``--threads`` are applied). A directory that already holds a
 run needs ``--resume`` or ``--overwrite``, and one process at a time writes a run directory
 (:mod:`tostnp.io.runlock`). Sizes are checked against the memory available before anything is
@@ -159,7 +160,9 @@ def _add_common(p, default_out) -> None:
                         "refused")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     p.add_argument("--threads", "--blas-threads", dest="threads", type=THREADS, default=None,
-                   help="CPU threads for the matrix products (BLAS) [all cores]; "
+                   help="CPU threads [all cores]: BLAS's, the fast path's, and the shards of "
+                        "a batch large enough (one per thread; another count changes the float "
+                        "rounding, so a resumed run repeats exactly at the same count); "
                         "--blas-threads is the old name")
     add_memory_argument(p)
 
