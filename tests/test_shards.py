@@ -105,18 +105,21 @@ def test_shards_run_on_the_threads_with_one_blas_thread_each(any_size, monkeypat
 
 
 def test_no_shards_on_one_thread_on_the_plain_path_or_for_small_batches(monkeypatch):
-    assert shards.shard_count(np, {}, 10 ** 9) == 1                 # kernels on one thread
+    big = tuning.SHARD_MIN_ELEMENTS
+    assert shards.shard_count(np, {}, 64, big) == 1                 # kernels on one thread
     with backend.threads(2):
-        assert shards.shard_count(np, {}, 10 ** 9) == 2
-        assert shards.shard_count(np, {}, 2 * tuning.SHARD_MIN_ELEMENTS - 1) == 1
+        assert shards.shard_count(np, {}, 64, big) == 2
+        assert shards.shard_count(np, {}, 1, 10 * big) == 1         # one row: whole
+        assert shards.shard_count(np, {}, 2, big // 2) == 1         # shards under the limit
+        assert shards.shard_count(np, {"bn.running_mean": None}, 64, big) == 1
         old = backend.set_fast(False)
         try:
-            assert shards.shard_count(np, {}, 10 ** 9) == 1         # the plain path: whole
+            assert shards.shard_count(np, {}, 64, big) == 1         # the plain path: whole
         finally:
             backend.set_fast(old)
     import array_api_strict as xps
     with backend.threads(2):
-        assert shards.shard_count(xps, {}, 10 ** 9) == 1
+        assert shards.shard_count(xps, {}, 64, big) == 1
 
 
 def test_batch_statistics_are_never_sharded(any_size, monkeypatch):

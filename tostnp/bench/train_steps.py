@@ -103,8 +103,7 @@ def _classifier_phases(xp, opt, batch, forward, backward, row_elements):
 
     def fwd():
         inputs, labels = batch()
-        shards[0] = min(inputs.shape[0],
-                        shard_count(xp, opt.params, inputs.shape[0] * row_elements))
+        shards[0] = shard_count(xp, opt.params, inputs.shape[0], row_elements)
         if shards[0] > 1:                         # forward and backward together, in shards
             loss, grads, _ = sharded(whole, opt.params, (inputs, labels), xp,
                                      row_elements=row_elements)

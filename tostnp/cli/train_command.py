@@ -333,6 +333,10 @@ def _train(args, task, tcfg, describe, data_line):
     params0 = task.init_params(backend.RNG(tcfg.seed))     # printed, then trained from
     _say(args, describe(params0))
     _say(args, data_line)
+    n = task.shards(params0)
+    if n > 1:
+        _say(args, f"each batch runs in {n} shards, one per CPU thread (--threads; another "
+                   f"count changes the float rounding)")
     c0, t0 = time.process_time(), time.perf_counter()
     res = train(task, tcfg, args.out, resume=args.resume, progress=not args.no_progress,
                 init_params=params0)

@@ -37,13 +37,13 @@ from ..nn.params import is_state
 __all__ = ["shard_count", "sharded"]
 
 
-def shard_count(xp, params: dict, elements: int) -> int:
-    """How many shards a batch whose activations (tokens x width) hold ``elements`` numbers runs
-    in (1: not sharded; see the module)."""
+def shard_count(xp, params: dict, rows: int, row_elements: int) -> int:
+    """How many shards a batch of ``rows`` rows, each with activations of ``row_elements``
+    numbers (tokens x width), runs in (1: not sharded; see the module)."""
     fast = backend.fused(xp)
     if fast is None:
         return 1
-    n = min(fast.get_threads(), elements // max(1, tuning.SHARD_MIN_ELEMENTS))
+    n = min(fast.get_threads(), rows, rows * row_elements // max(1, tuning.SHARD_MIN_ELEMENTS))
     if n <= 1 or any(is_state(k) for k in params):
         return 1
     return n
@@ -60,7 +60,7 @@ def sharded(fn, params: dict, arrays: tuple, xp, *, row_elements: int):
     ``fn`` returns None).
     """
     B = arrays[0].shape[0]
-    n = min(B, shard_count(xp, params, B * row_elements))
+    n = shard_count(xp, params, B, row_elements)
     if n <= 1:
         return fn(params, *arrays)
     bounds = [(s * B // n, (s + 1) * B // n) for s in range(n)]

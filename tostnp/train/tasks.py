@@ -25,7 +25,7 @@ from ..models.vision import vision_init, vision_forward, vision_loss_and_grads
 from ..models.lm import lm_init, lm_forward, lm_loss_and_grads
 from ..models.seqcls import seqcls_init, seqcls_forward, seqcls_loss_and_grads
 from ..nn.layers import softmax_cross_entropy_forward
-from .shards import sharded
+from .shards import shard_count, sharded
 
 __all__ = ["VisionTask", "SeqTask", "LMTask"]
 
@@ -106,6 +106,10 @@ class VisionTask:
     def _row_elements(self, X) -> int:
         """Tokens x width of one image's activations in the blocks."""
         return self.cfg.block_tokens * self.cfg.width
+
+    def shards(self, params) -> int:
+        """The shards a training batch runs in (:mod:`tostnp.train.shards`; 1: whole)."""
+        return shard_count(self.xp, params, self.batch_size, self._row_elements(self.X_train))
 
     def loss_and_grads(self, params, batch):
         """One batch's mean loss and gradients, on the CPU's threads in shards of the batch
@@ -235,6 +239,10 @@ class LMTask:
     def _loss_and_grads(self, params, ids, targets):
         loss, grads, _ = lm_loss_and_grads(params, ids, targets, self.cfg)
         return loss, grads, None
+
+    def shards(self, params) -> int:
+        """The shards a training batch runs in (:mod:`tostnp.train.shards`; 1: whole)."""
+        return shard_count(self.xp, params, self.batch_size, self.cfg.block_size * self.cfg.width)
 
     def loss_and_grads(self, params, batch):
         """One batch's mean loss and gradients, on the CPU's threads in shards of the batch
