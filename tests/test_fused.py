@@ -247,3 +247,71 @@ def test_empty_arrays(shape):
     new = fused.adamw_update(x, x, x.copy(), x.copy(), b1=0.9, b2=0.99, lr=0.1, wd=0.1,
                              eps=1e-8, bc1=0.1, bc2=0.01)
     assert new.shape == shape
+
+
+def test_adamw_groups_are_flat_and_bitwise_per_parameter():
+    """The fast AdamW updates each (dtype, decay) group with one kernel call on flat buffers;
+    element by element that is the same arithmetic as the per-parameter kernel, so the same
+    bits; the moments are views into the groups' buffers; old parameters are left alone."""
+    from tostnp.backend import kernels
+    rng = np.random.default_rng(5)
+    shapes = {"W": (5, 7), "b": (7,), "blocks.0.ln1.gamma": (7,), "emb": (3, 2, 4),
+              "head.W": (4, 3), "x.W64": (2, 3)}
+    dtypes = {k: (np.float64 if k == "x.W64" else np.float32) for k in shapes}
+    params = {k: rng.standard_normal(s).astype(dtypes[k]) for k, s in shapes.items()}
+    held = {k: v.copy() for k, v in params.items()}
+    opt = AdamW(dict(params), lr=1e-2, weight_decay=0.1)
+    assert opt._groups is not None and len(opt._groups) == 3   # f32 decay, f32 no decay, f64
+    for names, wd, m, v in opt._groups:
+        for n in names:
+            assert np.shares_memory(opt.m[n], m) and np.shares_memory(opt.v[n], v)
+    ref_p = {k: v.copy() for k, v in params.items()}
+    ref_m = {k: np.zeros_like(v) for k, v in params.items()}
+    ref_v = {k: np.zeros_like(v) for k, v in params.items()}
+    for t in range(1, 5):
+        g = {k: np.random.default_rng(t).standard_normal(s).astype(dtypes[k])
+             for k, s in shapes.items()}
+        lr = 1e-2 / t
+        opt.step(g, lr=lr)
+        for k in shapes:
+            ref_p[k] = kernels.adamw_update(ref_p[k], g[k], ref_m[k], ref_v[k], b1=0.9,
+                                            b2=0.95, lr=lr, wd=opt.decay[k], eps=1e-8,
+                                            bc1=1 - 0.9 ** t, bc2=1 - 0.95 ** t)
+    for k in shapes:
+        assert opt.params[k].shape == shapes[k] and opt.params[k].dtype == dtypes[k]
+        assert np.array_equal(opt.params[k], ref_p[k]), k
+        assert np.array_equal(opt.m[k], ref_m[k]) and np.array_equal(opt.v[k], ref_v[k]), k
+        assert np.array_equal(params[k], held[k])            # the caller's arrays untouched
+
+
+def test_adamw_groups_restore_and_switch_paths():
+    """load_state_dict writes into the flat buffers (a resumed fast run repeats exactly), and a
+    step on the plain path (fast path switched off) updates the same moments."""
+    rng = np.random.default_rng(6)
+    shapes = {"W": (6, 5), "b": (5,)}
+    p0 = {k: rng.standard_normal(s) for k, s in shapes.items()}
+    grads = [{k: np.random.default_rng(t).standard_normal(s) for k, s in shapes.items()}
+             for t in range(6)]
+    straight = AdamW({k: v.copy() for k, v in p0.items()}, lr=1e-2)
+    for g in grads:
+        straight.step(g)
+    first = AdamW({k: v.copy() for k, v in p0.items()}, lr=1e-2)
+    for g in grads[:3]:
+        first.step(g)
+    sd = first.state_dict()
+    resumed = AdamW({k: v.copy() for k, v in first.params.items()}, lr=1e-2)
+    resumed.load_state_dict(sd)
+    for n in shapes:
+        assert np.shares_memory(resumed.m[n], resumed._groups[0][2]) or \
+            np.shares_memory(resumed.m[n], resumed._groups[1][2])
+    for g in grads[3:]:
+        resumed.step(g)
+    for k in shapes:
+        assert np.array_equal(resumed.params[k], straight.params[k])
+    mixed = AdamW({k: v.copy() for k, v in p0.items()}, lr=1e-2)
+    for i, g in enumerate(grads):
+        with (plain() if i % 2 else contextlib.nullcontext()):
+            mixed.step(g)
+    for k in shapes:
+        assert rel(mixed.params[k], straight.params[k]) < 1e-12
+        assert rel(mixed.m[k], straight.m[k]) < 1e-12 and rel(mixed.v[k], straight.v[k]) < 1e-12

@@ -47,7 +47,7 @@ from . import tuning
 
 __all__ = ["gelu_forward", "gelu_backward", "layer_norm_forward",
            "layer_norm_backward", "adamw_update", "softmax_cross_entropy_backward", "sum_leading",
-           "set_threads", "get_threads", "on_threads"]
+           "set_threads", "get_threads", "on_threads", "shard_bounds", "flat_zeros", "adamw_update_flat"]
 
 # ---------------------------------------------------------------------------------------------
 # the piece executor: rows of an (M, L) view, in pieces of about tuning.CHUNK elements
@@ -106,6 +106,15 @@ def on_threads(thunks) -> list:
         if e is not None:
             raise e
     return [first] + [f.result() for f in futures]
+
+
+def shard_bounds(rows: int, row_elements: int, min_elements: int) -> list[tuple[int, int]]:
+    """Row ranges [lo, hi) that cut ``rows`` rows (a batch along axis 0) into one slice per
+    thread (:func:`set_threads`), as many as keep at least ``min_elements`` numbers (rows x
+    ``row_elements``) in each; ``[(0, rows)]`` when that is one. Shapes and the thread count
+    decide, nothing else."""
+    n = max(1, min(_threads, rows, rows * row_elements // max(1, min_elements)))
+    return [(s * rows // n, (s + 1) * rows // n) for s in range(n)]
 
 
 def _run_pieces(fn, M: int, L: int):
@@ -344,3 +353,41 @@ def adamw_update(p, g, m, v, *, b1: float, b2: float, lr: float, wd: float, eps:
     _run_pieces(piece, *n2.shape)
     return new
 
+
+
+# ---------------------------------------------------------------------------------------------
+# AdamW over a group of parameters at once: one kernel call instead of one per parameter
+# ---------------------------------------------------------------------------------------------
+def flat_zeros(shapes, dtype):
+    """One zeroed flat buffer and its C-contiguous views of ``shapes``, in order (the
+    optimizer's moments of one group: updated by :func:`adamw_update_flat` through the buffer,
+    read and restored by name through the views)."""
+    sizes = [math.prod(s) for s in shapes]
+    flat = np.zeros(sum(sizes), dtype)
+    views, off = [], 0
+    for s, n in zip(shapes, sizes):
+        views.append(flat[off:off + n].reshape(s))
+        off += n
+    return flat, views
+
+
+def adamw_update_flat(ps, gs, m, v, **hyper):
+    """:func:`adamw_update` for a group of parameters ``ps`` with gradients ``gs`` (lists of
+    arrays of one dtype) whose moments are the flat buffers ``m`` and ``v`` of
+    :func:`flat_zeros` (same order). Returns the new parameters: views, of the old shapes, into
+    one fresh buffer; ``ps`` are not modified.
+
+    The same arithmetic, element by element, as :func:`adamw_update` on each parameter (so the
+    same bits): a training step's few dozen parameters cost one kernel call and two
+    concatenations instead of a few dozen calls, which is what a small model's update spends
+    its time on."""
+    p = np.concatenate([a.reshape(-1) for a in ps])
+    g = np.concatenate([a.reshape(-1) for a in gs])
+    if p.dtype != m.dtype or g.dtype != m.dtype:    # (the optimizer checked each dtype)
+        raise ValueError("adamw_update_flat: parameters, gradients and moments need one dtype")
+    new = adamw_update(p[:, None], g[:, None], m[:, None], v[:, None], **hyper)[:, 0]
+    out, off = [], 0
+    for a in ps:
+        out.append(new[off:off + a.size].reshape(a.shape))
+        off += a.size
+    return out

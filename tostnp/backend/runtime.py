@@ -93,6 +93,16 @@ def serial():
         _fused.set_threads(old)
 
 
+def on_shards(fn, bounds) -> list:
+    """``fn(lo, hi)`` for every range of ``bounds`` (from
+    :func:`tostnp.backend.kernels.shard_bounds`), each on its own thread, inside :func:`serial`:
+    the slices' arithmetic runs side by side (NumPy releases the GIL in its loops and products)
+    and no BLAS thread spins waiting for work. Returns the results in order."""
+    from . import kernels as _fused
+    with serial():
+        return _fused.on_threads([lambda lo=lo, hi=hi: fn(lo, hi) for lo, hi in bounds])
+
+
 def keep_freed_memory() -> bool:
     """Ask glibc's allocator to keep freed memory in the process (Linux/glibc only).
 

@@ -15,10 +15,13 @@ with one line naming the key and the expected shape.
 from __future__ import annotations
 
 import array_api_compat
+import array_api_compat.numpy
+import numpy as np
 
-# The general namespace lookup: the checks run once per call at a door, so they need no fast
-# path (tostnp.backend.namespace has one for the layers' hot loops).
+# The general namespace lookup. A NumPy array, the common case, skips it (a training step
+# checks its parameters and gradients at three doors, a few dozen arrays each).
 namespace = array_api_compat.array_namespace
+_NUMPY_XP = array_api_compat.numpy          # what namespace() gives for a NumPy array
 
 
 def check_array(x, name: str, *, min_ndim: int = 0, ndim: int | None = None,
@@ -27,10 +30,13 @@ def check_array(x, name: str, *, min_ndim: int = 0, ndim: int | None = None,
 
     Returns the namespace. ``shape_desc`` is a human form of the expected shape, e.g. "(..., n, d)".
     """
-    if not array_api_compat.is_array_api_obj(x) or isinstance(x, (int, float, complex)):
+    if type(x) is np.ndarray:
+        xp = _NUMPY_XP
+    elif not array_api_compat.is_array_api_obj(x) or isinstance(x, (int, float, complex)):
         raise TypeError(f"{name} must be an array of shape {shape_desc or '(...)'}, "
                         f"got {type(x).__name__}")
-    xp = namespace(x)
+    else:
+        xp = namespace(x)
     want = f" of shape {shape_desc}" if shape_desc else ""
     if ndim is not None and x.ndim != ndim:
         raise ValueError(f"{name} must have {ndim} dimensions{want}, got shape {tuple(x.shape)}")
@@ -102,6 +108,10 @@ def shape_str(shape) -> str:
 def check_param(a, name: str, shape, dtype, where: str = "") -> None:
     """One parameter array ``a`` called ``name``: present, of ``shape`` (names in ``shape``
     match any length) and of ``dtype``. Messages as for :func:`check_params`."""
+    if (type(a) is np.ndarray and a.dtype == dtype and a.dtype in (np.float32, np.float64)
+            and a.ndim == len(shape)
+            and all(isinstance(s, str) or s == n for s, n in zip(shape, a.shape))):
+        return          # passes every check below (the messages are built only for a failure)
     at = f"{where}: " if where else ""
     want = shape_str(shape)
     if a is None:

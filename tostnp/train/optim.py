@@ -189,11 +189,46 @@ class AdamW:
         self.t = 0
         self.m = {}
         self.v = {}
+        # NumPy fast path: the parameters of one dtype and one decay form a group whose moments
+        # live in one flat buffer each (m[name], v[name] are views into it), so that one kernel
+        # call updates the whole group (tostnp.backend.kernels.adamw_update_flat); None where
+        # the parameters are not all NumPy arrays or the fast path is off.
+        self._groups = self._flat_groups(params)
         for name in self.names:
+            if name in self.m:
+                continue
             p = params[name]
             xp = backend.namespace(p)
             self.m[name] = xp.zeros(p.shape, dtype=p.dtype, device=backend.device_of(p))
             self.v[name] = xp.zeros(p.shape, dtype=p.dtype, device=backend.device_of(p))
+
+    def _flat_groups(self, params):
+        spaces = {backend.namespace(params[name]) for name in self.names}
+        fast = backend.fused(next(iter(spaces))) if len(spaces) == 1 else None
+        if fast is None:
+            return None
+        members: dict = {}                  # (dtype, decay) -> names, in the optimizer's order
+        for name in self.names:
+            members.setdefault((params[name].dtype, self.decay[name]), []).append(name)
+        groups = []
+        for (dtype, wd), names in members.items():
+            shapes = [params[name].shape for name in names]
+            m, m_views = fast.flat_zeros(shapes, dtype)
+            v, v_views = fast.flat_zeros(shapes, dtype)
+            self.m.update(zip(names, m_views))
+            self.v.update(zip(names, v_views))
+            groups.append((names, wd, m, v))
+        return groups
+
+    def _flat_path(self, grads):
+        """The fast kernels when this step can update the flat groups: the fast path is (still)
+        on and every parameter and gradient is an array of the groups' kind; else None."""
+        if self._groups is None:
+            return None
+        kind = type(self._groups[0][2])
+        if any(type(grads[n]) is not kind or type(self.params[n]) is not kind for n in self.names):
+            return None
+        return backend.fused(backend.namespace(self._groups[0][2]))
 
     def step(self, grads: dict, lr: float | None = None) -> None:
         """One AdamW update of every parameter; ``grads`` must hold a gradient for each one
@@ -216,6 +251,14 @@ class AdamW:
         self.t += 1
         bc1 = 1.0 - b1 ** self.t  # Python floats: no float64 arrays in a float32 path
         bc2 = 1.0 - b2 ** self.t
+        fast = self._flat_path(grads)
+        if fast is not None:
+            for names, wd, m, v in self._groups:
+                new = fast.adamw_update_flat([self.params[n] for n in names],
+                                             [grads[n] for n in names], m, v, b1=b1, b2=b2,
+                                             lr=lr, wd=wd, eps=self.eps, bc1=bc1, bc2=bc2)
+                self.params.update(zip(names, new))
+            return
         for name, g in grads.items():
             xp = backend.namespace(g)
             m, v, p = self.m[name], self.v[name], self.params[name]
@@ -282,4 +325,10 @@ class AdamW:
                     raise ValueError(f"optimizer state {key!r} has dtype {a.dtype}, "
                                      f"expected {p.dtype}")
                 store[name] = xp.asarray(a, copy=True)  # own it: updated in place later
+        if self._groups is not None:         # into the groups' flat buffers, through the views
+            for name in self.names:
+                self.m[name][...] = new_m[name]
+                self.v[name][...] = new_v[name]
+            self.t = step
+            return
         self.m, self.v, self.t = new_m, new_v, step

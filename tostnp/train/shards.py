@@ -31,7 +31,7 @@ from __future__ import annotations
 
 from .. import backend
 from ..backend import tuning
-from ..backend.runtime import serial
+from ..backend.runtime import on_shards
 from ..nn.params import is_state
 
 __all__ = ["shard_count", "sharded"]
@@ -41,12 +41,9 @@ def shard_count(xp, params: dict, rows: int, row_elements: int) -> int:
     """How many shards a batch of ``rows`` rows, each with activations of ``row_elements``
     numbers (tokens x width), runs in (1: not sharded; see the module)."""
     fast = backend.fused(xp)
-    if fast is None:
+    if fast is None or any(is_state(k) for k in params):
         return 1
-    n = min(fast.get_threads(), rows, rows * row_elements // max(1, tuning.SHARD_MIN_ELEMENTS))
-    if n <= 1 or any(is_state(k) for k in params):
-        return 1
-    return n
+    return len(fast.shard_bounds(rows, row_elements, tuning.SHARD_MIN_ELEMENTS))
 
 
 def sharded(fn, params: dict, arrays: tuple, xp, *, row_elements: int):
@@ -63,10 +60,9 @@ def sharded(fn, params: dict, arrays: tuple, xp, *, row_elements: int):
     n = shard_count(xp, params, B, row_elements)
     if n <= 1:
         return fn(params, *arrays)
-    bounds = [(s * B // n, (s + 1) * B // n) for s in range(n)]
-    with serial():
-        parts = backend.fused(xp).on_threads(
-            [lambda lo=lo, hi=hi: fn(params, *(a[lo:hi] for a in arrays)) for lo, hi in bounds])
+    fast = backend.fused(xp)
+    bounds = fast.shard_bounds(B, row_elements, tuning.SHARD_MIN_ELEMENTS)
+    parts = on_shards(lambda lo, hi: fn(params, *(a[lo:hi] for a in arrays)), bounds)
     weights = [(hi - lo) / B for lo, hi in bounds]
     loss = sum(w * part[0] for w, part in zip(weights, parts))
     grads = {k: sum(w * part[1][k] for w, part in zip(weights, parts)) for k in parts[0][1]}
