@@ -35,12 +35,6 @@ PIECES_MIN = 1 << 20
 # between the two; it was not swept further.
 SHARD_MIN_ELEMENTS = 1 << 16
 
-# The smallest batch slice of the non-causal TSSA layer run on its own thread (tostnp.nn.tssa:
-# the layer on slices of the batch, one per thread), as the numbers in the slice's input,
-# rows x tokens x width. Below it the layer runs whole: its matrix products on BLAS's threads,
-# its elementwise passes on one.
-LAYER_SLICE_MIN_ELEMENTS = 1 << 20
-
 # ---------------------------------------------------------------------------------------------
 # causal TSSA (tostnp.nn.tssa_causal): the blocked prefix and suffix sums
 # ---------------------------------------------------------------------------------------------
