@@ -315,3 +315,46 @@ def test_adamw_groups_restore_and_switch_paths():
     for k in shapes:
         assert rel(mixed.params[k], straight.params[k]) < 1e-12
         assert rel(mixed.m[k], straight.m[k]) < 1e-12 and rel(mixed.v[k], straight.v[k]) < 1e-12
+
+
+@pytest.mark.parametrize("shape", [(7,), (3, 5), (1088, 64), (45, 384), (2, 43, 384), (5, 0),
+                                   (2, 3, 4, 33)])
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+def test_add_rows_is_the_broadcast_add(shape, dtype, monkeypatch):
+    """The tiled bias add gives the plain broadcast add's bits: whole tiles, rows left over
+    (45 rows of 384 with tiles of 42 rows), one row, no rows, a strided (non-contiguous) view."""
+    from tostnp.backend import kernels
+    rng = np.random.default_rng(7)
+    a = rng.standard_normal(shape).astype(dtype)
+    b = rng.standard_normal(shape[-1]).astype(dtype)
+    want = a + b
+    got = a.copy()
+    assert kernels.add_rows(got, b) is got
+    assert np.array_equal(got, want)
+    monkeypatch.setattr(tuning, "ADD_ROWS_TILE", 3 * shape[-1] + 1)     # tiles of 3 rows
+    got = a.copy()
+    kernels.add_rows(got, b)
+    assert np.array_equal(got, want)
+    if a.ndim >= 2 and shape[-1] > 1:
+        big = np.zeros(shape[:-1] + (2 * shape[-1],), dtype)
+        view = big[..., ::2]
+        view[...] = a
+        kernels.add_rows(view, b)
+        assert np.array_equal(view, want) and np.all(big[..., 1::2] == 0)
+
+
+def test_tssa_with_biases_matches_plain():
+    """The TSSA layer's bias adds (tostnp.backend.kernels.add_rows) on the fast path against the
+    plain path, in both forms of the output product."""
+    rng = np.random.default_rng(8)
+    from tostnp.nn import tssa
+    for N in (3, 20):                     # N < C and N >= C forms of the output product
+        x = rng.standard_normal((2, N, 12))
+        dy = rng.standard_normal((2, N, 12))
+        params = tssa.tssa_init(backend.RNG(1), np, 12, 3, bias=True, dtype=np.float64, std=0.5)
+        params["b_u"] = rng.standard_normal(12)
+        params["b_o"] = rng.standard_normal(12)
+        (yf, dxf, gf), (yp, dxp, gp) = both(lambda *a: tssa.tssa_forward(*a), tssa.tssa_backward,
+                                            (x, params, 3), dy)
+        assert rel(yf, yp) < 1e-12 and rel(dxf, dxp) < 1e-12
+        assert set(gf) == set(gp) and all(rel(gf[k], gp[k]) < 1e-12 for k in gp)

@@ -13,7 +13,8 @@ cover live here and only here:
 
 It is also the one switch for the CPU fast path: :func:`fused` hands out :mod:`tostnp.backend.kernels`
 (fewer passes over memory, no temporaries, for NumPy arrays only) where the plain array-API code
-is measured hot; CuPy and ``array_api_strict`` always run the plain code, which stays the
+is measured hot (:func:`add_bias`, the bias add of every linear map, is its one dispatcher here);
+CuPy and ``array_api_strict`` always run the plain code, which stays the
 specification. :func:`threads` sets the CPU thread count of BLAS and of the fast path, and :func:`keep_freed_memory`
 keeps freed arrays in the process instead of handing them back to the operating system (so a
 training step reuses warm memory rather than faulting in fresh pages).
@@ -29,11 +30,11 @@ from .arrays import (namespace, is_numpy, is_cupy, gpu_available, get_xp, device
                      from_host, scatter_add)
 from .rng import RNG
 from .special import erf, erf_array_api
-from .runtime import fused, set_fast, threads, cpu_cores, keep_freed_memory
+from .runtime import fused, add_bias, set_fast, threads, cpu_cores, keep_freed_memory
 
 __all__ = [
     "namespace", "get_xp", "gpu_available", "device_of", "to_host", "from_host",
-    "scatter_add", "RNG", "is_numpy", "erf", "erf_array_api", "fused", "set_fast", "threads",
-    "cpu_cores", "keep_freed_memory",
+    "scatter_add", "RNG", "is_numpy", "erf", "erf_array_api", "fused", "add_bias", "set_fast",
+    "threads", "cpu_cores", "keep_freed_memory",
 ]
 

@@ -45,7 +45,7 @@ import numpy as np
 
 from . import tuning
 
-__all__ = ["gelu_forward", "gelu_backward", "layer_norm_forward",
+__all__ = ["add_rows", "gelu_forward", "gelu_backward", "layer_norm_forward",
            "layer_norm_backward", "adamw_update", "softmax_cross_entropy_backward", "sum_leading",
            "set_threads", "get_threads", "on_threads", "shard_bounds", "flat_zeros", "adamw_update_flat"]
 
@@ -165,6 +165,27 @@ def sum_leading(a):
     gradients are such sums."""
     a2 = _rows(a)
     return _ones(a2.shape[0], a2.dtype) @ a2
+
+
+def add_rows(a, b):
+    """a += b in place for a (..., C) and b (C,): the bias add of every linear map.
+
+    NumPy's broadcast add runs its inner loop once per row of C numbers; here a C-contiguous
+    ``a`` is viewed as rows of k*C numbers (k rows at a time, about ``tuning.ADD_ROWS_TILE``
+    numbers) and b repeated k times is added to each: the same sums, a fraction of the loop
+    calls (the rows left over, fewer than k, get the plain add)."""
+    C = b.shape[0]
+    M = a.size // C if C else 0
+    k = min(M, tuning.ADD_ROWS_TILE // max(1, C))
+    if k <= 1 or not a.flags.c_contiguous:
+        a += b
+        return a
+    a2 = a.reshape(M, C)
+    full = M - M % k
+    a2[:full].reshape(full // k, k * C).__iadd__(np.tile(b, k))
+    if full < M:
+        a2[full:] += b
+    return a
 
 
 _GELU_A = math.sqrt(2.0 / math.pi)

@@ -29,6 +29,17 @@ def fused(xp):
     return None
 
 
+def add_bias(xp, y, b):
+    """y += b in place for y (..., C), a fresh array of the caller's, and b (C,); returns y.
+    The bias add of every linear map; on the fast path with fewer loop calls
+    (:func:`tostnp.backend.kernels.add_rows`)."""
+    fast = fused(xp)
+    if fast is not None:
+        return fast.add_rows(y, b)
+    y += b
+    return y
+
+
 def set_fast(on: bool) -> bool:
     """Switch the NumPy fast path on or off for the whole process; returns the old setting."""
     global _fast_on

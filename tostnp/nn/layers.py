@@ -94,9 +94,10 @@ def linear_forward(x, W, b=None):
 
 
 def _linear_forward(x, W, b=None):
-    y = rows_matmul(backend.namespace(x), x, W)                    # (..., Cout)
+    xp = backend.namespace(x)
+    y = rows_matmul(xp, x, W)                                      # (..., Cout)
     if b is not None:
-        y += b                                     # y is a fresh array of ours: add in place
+        backend.add_bias(xp, y, b)                 # y is a fresh array of ours: add in place
     return y, (x, W, b is not None)
 
 

@@ -51,7 +51,7 @@ Backward (by hand; ``g_v`` denotes dLoss/dv; the staged, one-adjoint-per-line fo
 """
 from __future__ import annotations
 
-from ..backend import namespace, device_of
+from ..backend import add_bias, namespace, device_of
 from ..backend.validate import check_array, check_same_dtype
 from .layers import sum_leading
 from .tssa_heads import (check_tssa_params, check_width, head_indicator, head_token_sums,
@@ -154,7 +154,7 @@ def full_forward(x, w, params, h, p, xp):
         out = a * xp.reshape(-r, (B, 1, C))                                      # (B, N, C)
         y = xp.reshape(xp.reshape(out, (B * N, C)) @ params["W_o"], (B, N, C))
     if "b_o" in params:
-        y += params["b_o"]
+        add_bias(xp, y, params["b_o"])
     cache = {"causal": False, "x": x, "params": params, "h": h, "p": p,
              "w": w, "S1": S1, "inv_S1": inv_S1, "q": q, "n_Pi": n_Pi,
              "m": m, "r": r, "a": a, "W_eff": W_eff, "out": out,

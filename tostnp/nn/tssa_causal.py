@@ -27,7 +27,7 @@ g_denom_bias[k, t] = p * sum_b g_q[b, t, k] (the bias sits inside the p-term sum
 """
 from __future__ import annotations
 
-from ..backend import namespace, device_of, tuning
+from ..backend import add_bias, namespace, device_of, tuning
 from ..backend.validate import check_array
 from .layers import sum_leading
 from .tssa_heads import (check_tssa_params, check_width, head_indicator, head_sums, per_coord,
@@ -135,7 +135,7 @@ def causal_forward(x, w, params, h, p, xp):
     v = a                                                                        # (B, T, C)  = -out
     y = xp.reshape(xp.reshape(v, (B * T, C)) @ (-params["W_o"]), (B, T, C))      # (B, T, C)
     if "b_o" in params:
-        y += params["b_o"]
+        add_bias(xp, y, params["b_o"])
     # The cache keeps three (B, T, C) arrays, w, S1 and r; the backward recomputes the
     # elementwise rest (sq = w^2, v = w Pi r, 1/S1) where it needs them, one at a time
     cache = {"causal": True, "x": x, "params": params, "h": h, "p": p,

@@ -8,7 +8,7 @@ matmuls with the (C, h) head indicator E (E_ck = 1 if c is in head k).
 """
 from __future__ import annotations
 
-from ..backend import device_of
+from ..backend import add_bias, device_of
 from ..backend.validate import check_params
 from .params import tssa_spec
 from .layers import sum_leading
@@ -120,7 +120,7 @@ def project_in(x, params, xp):
     B, N, C = x.shape
     w = xp.reshape(xp.reshape(x, (B * N, C)) @ params["W_u"], (B, N, C))         # (B, N, C)
     if "b_u" in params:
-        w += params["b_u"]
+        add_bias(xp, w, params["b_u"])
     return w
 
 
