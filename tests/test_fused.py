@@ -358,3 +358,22 @@ def test_tssa_with_biases_matches_plain():
                                             (x, params, 3), dy)
         assert rel(yf, yp) < 1e-12 and rel(dxf, dxp) < 1e-12
         assert set(gf) == set(gp) and all(rel(gf[k], gp[k]) < 1e-12 for k in gp)
+
+
+def test_adamw_groups_only_for_models_up_to_the_limit(monkeypatch):
+    """Above tuning.ADAMW_FLAT_MAX_ELEMENTS the update runs one call per parameter (no flat
+    copies of a large model), with the same bits."""
+    rng = np.random.default_rng(9)
+    shapes = {"W": (6, 5), "b": (5,)}
+    p0 = {k: rng.standard_normal(s) for k, s in shapes.items()}
+    grads = [{k: np.random.default_rng(t).standard_normal(s) for k, s in shapes.items()}
+             for t in range(3)]
+    flat = AdamW({k: v.copy() for k, v in p0.items()}, lr=1e-2)
+    monkeypatch.setattr(tuning, "ADAMW_FLAT_MAX_ELEMENTS", 34)
+    each = AdamW({k: v.copy() for k, v in p0.items()}, lr=1e-2)
+    assert flat._groups is not None and each._groups is None
+    for g in grads:
+        flat.step(g)
+        each.step(g)
+    for k in shapes:
+        assert np.array_equal(flat.params[k], each.params[k])

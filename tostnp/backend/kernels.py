@@ -33,6 +33,11 @@ scalar libm calls, NumPy's exp is vectorised, and its per-block interpreter cost
 in-place NumPy pass over arrays that sit in cache); the thread pool here is the standard
 library's.
 
+Besides the chains: :func:`add_rows`, the bias add of every linear map (through
+:func:`tostnp.backend.add_bias`), and :func:`adamw_update_flat`, the AdamW update of a group of
+parameters in one call on flat moments (:class:`tostnp.train.optim.AdamW` keeps one group per
+dtype and weight decay).
+
 Shapes: ``(..., C)`` arrays with the statistics over the last axis, as in :mod:`tostnp.nn.layers`.
 """
 from __future__ import annotations

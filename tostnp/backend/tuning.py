@@ -30,6 +30,14 @@ PIECES_MIN = 1 << 20
 # faster than the plain broadcast add from 256 columns on; 4K gained little.
 ADD_ROWS_TILE = 1 << 14
 
+# The largest model (numbers in its optimised parameters) whose AdamW update runs on flat
+# groups (tostnp.train.optim.AdamW, kernels.adamw_update_flat). A step concatenates the
+# parameters and the gradients, two transient copies: 32 MB of float32 at this limit. Above it
+# the update runs one call per parameter, whose fixed cost is small beside the arithmetic of
+# such a model. Not swept: the gain is the per-call cost of small models (the digits model's
+# update, 54 parameters and 86K numbers: 0.9 ms per call against 0.3 ms flat).
+ADAMW_FLAT_MAX_ELEMENTS = 1 << 22
+
 # The smallest shard of a training batch (tostnp.train.shards: one shard per thread), as the
 # size of its activations in the blocks, tokens x width. Below it the step runs whole: a
 # shard's fixed cost -- the Python calls of a forward and backward, which hold the GIL -- would

@@ -36,6 +36,7 @@ import re
 from typing import Callable
 
 from .. import backend
+from ..backend import tuning
 from ..nn.params import is_state
 from ..backend.validate import check_array
 
@@ -192,7 +193,8 @@ class AdamW:
         # NumPy fast path: the parameters of one dtype and one decay form a group whose moments
         # live in one flat buffer each (m[name], v[name] are views into it), so that one kernel
         # call updates the whole group (tostnp.backend.kernels.adamw_update_flat); None where
-        # the parameters are not all NumPy arrays or the fast path is off.
+        # the parameters are not all NumPy arrays, the fast path is off, or the model is larger
+        # than tuning.ADAMW_FLAT_MAX_ELEMENTS (a step concatenates its parameters and gradients).
         self._groups = self._flat_groups(params)
         for name in self.names:
             if name in self.m:
@@ -205,7 +207,8 @@ class AdamW:
     def _flat_groups(self, params):
         spaces = {backend.namespace(params[name]) for name in self.names}
         fast = backend.fused(next(iter(spaces))) if len(spaces) == 1 else None
-        if fast is None:
+        if fast is None or sum(math.prod(params[n].shape) for n in self.names) \
+                > tuning.ADAMW_FLAT_MAX_ELEMENTS:
             return None
         members: dict = {}                  # (dtype, decay) -> names, in the optimizer's order
         for name in self.names:
