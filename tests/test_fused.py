@@ -284,14 +284,20 @@ def test_adamw_groups_are_flat_and_bitwise_per_parameter():
         assert np.array_equal(params[k], held[k])            # the caller's arrays untouched
 
 
-def test_adamw_groups_restore_and_switch_paths():
-    """load_state_dict writes into the flat buffers (a resumed fast run repeats exactly), and a
-    step on the plain path (fast path switched off) updates the same moments."""
-    rng = np.random.default_rng(6)
+def _small_run(seed, steps):
+    """(shapes, initial float64 parameters, one gradient dict per step) of a two-parameter model."""
+    rng = np.random.default_rng(seed)
     shapes = {"W": (6, 5), "b": (5,)}
     p0 = {k: rng.standard_normal(s) for k, s in shapes.items()}
     grads = [{k: np.random.default_rng(t).standard_normal(s) for k, s in shapes.items()}
-             for t in range(6)]
+             for t in range(steps)]
+    return shapes, p0, grads
+
+
+def test_adamw_groups_restore_and_switch_paths():
+    """load_state_dict writes into the flat buffers (a resumed fast run repeats exactly), and a
+    step on the plain path (fast path switched off) updates the same moments."""
+    shapes, p0, grads = _small_run(6, steps=6)
     straight = AdamW({k: v.copy() for k, v in p0.items()}, lr=1e-2)
     for g in grads:
         straight.step(g)
@@ -363,11 +369,7 @@ def test_tssa_with_biases_matches_plain():
 def test_adamw_groups_only_for_models_up_to_the_limit(monkeypatch):
     """Above tuning.ADAMW_FLAT_MAX_ELEMENTS the update runs one call per parameter (no flat
     copies of a large model), with the same bits."""
-    rng = np.random.default_rng(9)
-    shapes = {"W": (6, 5), "b": (5,)}
-    p0 = {k: rng.standard_normal(s) for k, s in shapes.items()}
-    grads = [{k: np.random.default_rng(t).standard_normal(s) for k, s in shapes.items()}
-             for t in range(3)]
+    shapes, p0, grads = _small_run(9, steps=3)
     flat = AdamW({k: v.copy() for k, v in p0.items()}, lr=1e-2)
     monkeypatch.setattr(tuning, "ADAMW_FLAT_MAX_ELEMENTS", 34)
     each = AdamW({k: v.copy() for k, v in p0.items()}, lr=1e-2)
