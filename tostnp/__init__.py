@@ -12,6 +12,7 @@ Tokens are rows: arrays of shape (..., n, d). The core objective (book/02_coding
 
 Layers with hand-derived backward passes live in :mod:`tostnp.nn`.
 """
+from . import backend  # noqa: F401  (first: tostnp.backend.openblas acts before NumPy loads)
 from .math.objective import coding_rate, compression, rate_reduction
 from .math.variational import (variational_compression, variational_compression_grad, tssa_step,
                           membership)

@@ -19,13 +19,15 @@ specification. :func:`threads` sets the CPU thread count of BLAS and of the fast
 keeps freed arrays in the process instead of handing them back to the operating system (so a
 training step reuses warm memory rather than faulting in fresh pages).
 
-Modules: :mod:`.arrays` (namespaces, devices, host transfers, scatter-add), :mod:`.rng`
+Modules: :mod:`.openblas` (how long OpenBLAS's idle threads spin), :mod:`.arrays` (namespaces,
+devices, host transfers, scatter-add), :mod:`.rng`
 (seeded draws), :mod:`.special` (erf), :mod:`.runtime` (fast-path switch, threads, allocator),
 :mod:`.kernels` (the NumPy fast kernels), :mod:`.tuning` (every piece and block size, with how it
 was chosen), :mod:`.validate` (argument checks for entry points).
 """
 from __future__ import annotations
 
+from . import openblas  # noqa: F401  (first: sets OpenBLAS's spin before NumPy loads it)
 from .arrays import (namespace, is_numpy, is_cupy, gpu_available, get_xp, device_of, to_host,
                      from_host, scatter_add)
 from .rng import RNG

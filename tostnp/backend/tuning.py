@@ -49,6 +49,15 @@ ADAMW_FLAT_MAX_ELEMENTS = 1 << 22
 # between the two; it was not swept further.
 SHARD_MIN_ELEMENTS = 1 << 16
 
+# The smallest batch slice of the non-causal TSSA layer run on its own thread (tostnp.nn.tssa:
+# the layer on slices of the batch, one per thread), as the numbers in the slice's input,
+# rows x tokens x width. Below it the layer runs whole: its matrix products on BLAS's threads,
+# its elementwise passes on one. Chosen from the forward at 2 threads, B = 4, C = 384, float32,
+# sliced and whole (median of 30 calls, 2 runs): at N = 256 (196,608 numbers per slice) the
+# slices were slower, from N = 512 (393,216) on faster (N = 512, 1024, 4096); then confirmed
+# in ``python3 run.py bench --sizes 256 512 1024 4096``. Not swept further.
+LAYER_SLICE_MIN_ELEMENTS = 1 << 18
+
 # ---------------------------------------------------------------------------------------------
 # causal TSSA (tostnp.nn.tssa_causal): the blocked prefix and suffix sums
 # ---------------------------------------------------------------------------------------------

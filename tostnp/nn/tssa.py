@@ -51,7 +51,9 @@ Backward (by hand; ``g_v`` denotes dLoss/dv; the staged, one-adjoint-per-line fo
 """
 from __future__ import annotations
 
-from ..backend import add_bias, namespace, device_of
+from ..backend import add_bias, namespace, device_of, fused, tuning
+from ..backend.openblas import spin_is_short
+from ..backend.runtime import on_shards
 from ..backend.validate import check_array, check_same_dtype
 from .layers import sum_leading
 from .tssa_heads import (check_tssa_params, check_width, head_indicator, head_token_sums,
@@ -85,6 +87,10 @@ def _tssa_forward(x, params, num_heads: int, causal: bool = False):
     xp = namespace(x)
     h = num_heads
     p = x.shape[-1] // h
+    if not causal:
+        bounds = batch_slices(x, xp)
+        if len(bounds) > 1:
+            return sliced_forward(x, params, h, p, xp, bounds)
     w = project_in(x, params, xp)                    # (B, N, C)  both forms start here, eq-layer-w
     if causal:
         return causal_forward(x, w, params, h, p, xp)
@@ -110,6 +116,8 @@ def _tssa_backward(dy, cache):
     xp = namespace(dy)
     if cache["causal"]:
         return causal_backward(dy, cache, xp)
+    if "slices" in cache:
+        return sliced_backward(dy, cache, xp)
     return full_backward(dy, cache, xp)
 
 
@@ -218,6 +226,56 @@ def full_backward(dy, cache, xp):
     if "denom_bias" in params:
         grads["denom_bias"] = xp.zeros_like(params["denom_bias"])
     return project_in_backward(g_w, grads, cache, xp), grads
+
+
+# --------------------------------------------------------------------------------------------
+# NumPy fast path on several threads: the layer on slices of the batch, one per thread
+# --------------------------------------------------------------------------------------------
+# Every statistic of the non-causal layer (S1, Pi, n_Pi, S2) belongs to one batch element, so
+# the layer on rows lo:hi of the batch is the layer's rows lo:hi. With ``--threads`` above 1
+# and large inputs, each slice runs full_forward / full_backward above on its own thread with
+# BLAS on one thread (tostnp.backend.runtime.on_shards): the elementwise passes over (N, C),
+# which one NumPy call runs on one core, then use every core, as the matrix products do.
+def batch_slices(x, xp):
+    """The batch slices of x (B, N, C): one per thread on the NumPy fast path for inputs of at
+    least ``tuning.LAYER_SLICE_MIN_ELEMENTS`` numbers per slice, else one, the whole batch."""
+    fast = fused(xp)
+    B, N, C = x.shape
+    if fast is None or not spin_is_short():
+        return [(0, B)]
+    return fast.shard_bounds(B, N * C, tuning.LAYER_SLICE_MIN_ELEMENTS)
+
+
+def sliced_forward(x, params, h, p, xp, bounds):
+    """full_forward on each batch slice, on its own thread; y is written slice by slice."""
+    y = xp.empty(x.shape, dtype=x.dtype)
+
+    def one(lo, hi):
+        y_s, cache_s = full_forward(x[lo:hi], project_in(x[lo:hi], params, xp), params, h, p, xp)
+        y[lo:hi, ...] = y_s
+        return cache_s
+    caches = on_shards(one, bounds)
+    return y, {"causal": False, "x": x, "params": params, "h": h, "p": p,
+               "slices": list(zip(bounds, caches)),
+               "Pi": xp.concat([c["Pi"] for c in caches], axis=0)}                # (B, h, N)
+
+
+def sliced_backward(dy, cache, xp):
+    """full_backward on each slice of :func:`sliced_forward`; the parameters' gradients, sums
+    over the batch, add up over the slices."""
+    dx = xp.empty(dy.shape, dtype=dy.dtype)
+    slices = dict(cache["slices"])
+
+    def one(lo, hi):
+        dx_s, grads_s = full_backward(dy[lo:hi], slices[(lo, hi)], xp)
+        dx[lo:hi, ...] = dx_s
+        return grads_s
+    parts = on_shards(one, [b for b, _ in cache["slices"]])
+    grads = parts[0]
+    for more in parts[1:]:
+        for k in grads:
+            grads[k] += more[k]
+    return dx, grads
 
 
 # --------------------------------------------------------------------------------------------
