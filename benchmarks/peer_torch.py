@@ -975,6 +975,8 @@ class Worker:
         env = dict(os.environ)
         env["PYTHONPATH"] = os.pathsep.join(
             p for p in [env.get("PYTHONPATH", ""), os.getcwd()] if p)
+        if system == "tostnp":      # OpenBLAS's spin as `train` has it (tostnp/backend/openblas.py)
+            env.setdefault("OPENBLAS_THREAD_TIMEOUT", "22")
         self.p = subprocess.Popen([sys.executable, HERE, "--worker", system, bench, str(threads)],
                                   stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
                                   env=env, bufsize=1)

@@ -23,8 +23,7 @@ What it does beyond the plain code:
   the pieces of a kernel are split between threads (NumPy releases the GIL inside its loops;
   its own elementwise operations use one thread). This pays only where BLAS's idle threads
   sleep: OpenBLAS's spin for a while after each matrix product and take the second core
-  (``OPENBLAS_THREAD_TIMEOUT`` in the environment shortens the spin; ``python3 run.py bench``
-  shows the effect on a given machine). The pieces, and the order in which their partial sums
+  (:mod:`tostnp.backend.openblas` shortens the spin when tostnp is imported before NumPy). The pieces, and the order in which their partial sums
   are added, depend only on the shapes, so the result is bit-identical for any thread count.
 
 Why plain NumPy and not a fused-expression library: numexpr (2.14, the usual choice) was
