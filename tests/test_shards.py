@@ -320,3 +320,20 @@ def test_openblas_spin_is_set_only_before_numpy():
     assert run("import numpy") == ["None", "False"]
     assert run("", OPENBLAS_THREAD_TIMEOUT="28") == ["28", "False"]     # the user's value stays
     assert run("import numpy", OPENBLAS_THREAD_TIMEOUT="20") == ["20", "True"]
+    assert run("", OPENBLAS_THREAD_TIMEOUT="x") == ["x", "False"]
+
+
+def test_short_spin_needs_numpys_openblas(monkeypatch):
+    """Another BLAS under NumPy (MKL, Accelerate) has its own thread settings: no slices."""
+    from tostnp.backend import openblas
+    monkeypatch.setattr(openblas, "_value", "22")
+    monkeypatch.setattr(openblas, "_numpy_openblas", None)
+    import threadpoolctl
+    monkeypatch.setattr(threadpoolctl, "threadpool_info", lambda: [
+        {"user_api": "blas", "internal_api": "mkl", "filepath": "/x/numpy/libmkl_rt.so"}])
+    assert openblas.spin_is_short() is False
+    monkeypatch.setattr(openblas, "_numpy_openblas", None)
+    monkeypatch.setattr(threadpoolctl, "threadpool_info", lambda: [
+        {"user_api": "blas", "internal_api": "openblas",
+         "filepath": "/x/numpy.libs/libscipy_openblas64_.so"}])
+    assert openblas.spin_is_short() is True

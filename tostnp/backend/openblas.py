@@ -26,12 +26,22 @@ _numpy_first = "numpy" in sys.modules
 if not _numpy_first:
     os.environ.setdefault(VARIABLE, str(VALUE))
 _value = os.environ.get(VARIABLE)
+_numpy_openblas: bool | None = None         # NumPy's BLAS is OpenBLAS (asked once, when needed)
 
 
 def spin_is_short() -> bool:
-    """True when the loaded OpenBLAS's idle threads sleep within 2^SHORT cycles: the variable
-    was in the environment when tostnp was first imported, as a number up to ``SHORT``."""
+    """True when NumPy's BLAS is OpenBLAS and its idle threads sleep within 2^SHORT cycles: the
+    variable was in the environment when tostnp was first imported, as a number up to
+    ``SHORT``. False for any other BLAS (MKL's and Accelerate's threads have their own
+    settings), so the layer runs whole there."""
+    global _numpy_openblas
     try:
-        return _value is not None and int(_value) <= SHORT
+        if _value is None or int(_value) > SHORT:
+            return False
     except ValueError:
         return False
+    if _numpy_openblas is None:
+        from threadpoolctl import threadpool_info
+        _numpy_openblas = any(i.get("internal_api") == "openblas" and "numpy" in i.get("filepath", "")
+                              for i in threadpool_info() if i.get("user_api") == "blas")
+    return _numpy_openblas
