@@ -337,3 +337,27 @@ def test_short_spin_needs_numpys_openblas(monkeypatch):
         {"user_api": "blas", "internal_api": "openblas",
          "filepath": "/x/numpy.libs/libscipy_openblas64_.so"}])
     assert openblas.spin_is_short() is True
+
+
+def test_short_spin_without_threadpoolctl(monkeypatch):
+    """A NumPy-only environment (Pyodide's) has no threadpoolctl: the layer runs whole, and
+    on one thread the question is never asked."""
+    import builtins
+    from tostnp.backend import openblas
+    from tostnp.nn import tssa
+    monkeypatch.setattr(openblas, "_value", "22")
+    monkeypatch.setattr(openblas, "_numpy_openblas", None)
+    real_import = builtins.__import__
+
+    def no_threadpoolctl(name, *a, **k):
+        if name == "threadpoolctl":
+            raise ImportError("no threadpoolctl here")
+        return real_import(name, *a, **k)
+    monkeypatch.setattr(builtins, "__import__", no_threadpoolctl)
+    asked = []
+    monkeypatch.setattr(tssa, "spin_is_short", lambda: asked.append(1) or openblas.spin_is_short())
+    monkeypatch.setattr(tuning, "LAYER_SLICE_MIN_ELEMENTS", 1)
+    x = np.zeros((4, 8, 16))
+    assert tssa.batch_slices(x, np) == [(0, 4)] and not asked          # one thread
+    with backend.threads(2):
+        assert tssa.batch_slices(x, np) == [(0, 4)] and asked

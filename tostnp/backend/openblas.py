@@ -41,7 +41,11 @@ def spin_is_short() -> bool:
     except ValueError:
         return False
     if _numpy_openblas is None:
-        from threadpoolctl import threadpool_info
+        try:
+            from threadpoolctl import threadpool_info
+        except ImportError:             # (a NumPy-only environment such as Pyodide's)
+            _numpy_openblas = False
+            return False
         _numpy_openblas = any(i.get("internal_api") == "openblas" and "numpy" in i.get("filepath", "")
                               for i in threadpool_info() if i.get("user_api") == "blas")
     return _numpy_openblas

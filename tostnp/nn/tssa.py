@@ -241,9 +241,10 @@ def batch_slices(x, xp):
     least ``tuning.LAYER_SLICE_MIN_ELEMENTS`` numbers per slice, else one, the whole batch."""
     fast = fused(xp)
     B, N, C = x.shape
-    if fast is None or not spin_is_short():
+    if fast is None:
         return [(0, B)]
-    return fast.shard_bounds(B, N * C, tuning.LAYER_SLICE_MIN_ELEMENTS)
+    bounds = fast.shard_bounds(B, N * C, tuning.LAYER_SLICE_MIN_ELEMENTS)
+    return bounds if len(bounds) > 1 and spin_is_short() else [(0, B)]
 
 
 def sliced_forward(x, params, h, p, xp, bounds):
