@@ -359,5 +359,8 @@ def test_short_spin_without_threadpoolctl(monkeypatch):
     monkeypatch.setattr(tuning, "LAYER_SLICE_MIN_ELEMENTS", 1)
     x = np.zeros((4, 8, 16))
     assert tssa.batch_slices(x, np) == [(0, 4)] and not asked          # one thread
-    with backend.threads(2):
+    old = kernels.set_threads(2)                 # (backend.threads needs threadpoolctl too)
+    try:
         assert tssa.batch_slices(x, np) == [(0, 4)] and asked
+    finally:
+        kernels.set_threads(old)
