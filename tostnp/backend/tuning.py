@@ -32,11 +32,14 @@ ADD_ROWS_TILE = 1 << 14
 
 # The largest model (numbers in its optimised parameters) whose AdamW update runs on flat
 # groups (tostnp.train.optim.AdamW, kernels.adamw_update_flat). A step concatenates the
-# parameters and the gradients, two transient copies: 32 MB of float32 at this limit. Above it
-# the update runs one call per parameter, whose fixed cost is small beside the arithmetic of
-# such a model. Not swept: the gain is the per-call cost of small models (the digits model's
-# update, 54 parameters and 86K numbers: 0.9 ms per call against 0.3 ms flat).
-ADAMW_FLAT_MAX_ELEMENTS = 1 << 22
+# parameters and the gradients and writes the new parameters into one buffer while the old ones
+# are still held: about three copies of the model at once, 12 MB of float32 at this limit. Above
+# it the update runs one call per parameter, whose fixed cost is small beside the arithmetic of
+# such a model. The gain is the per-call cost of small models (the digits model's update, 54
+# parameters and 86K numbers: 0.9 ms per call against 0.3 ms flat). At 4M numbers the context
+# benchmark's 2.7M-parameter LM (benchmarks/context_scaling.py, T = 64) peaked 37 MB higher
+# than with one call per parameter, so the limit is 1M: the default LM (676K) stays flat.
+ADAMW_FLAT_MAX_ELEMENTS = 1 << 20
 
 # The smallest shard of a training batch (tostnp.train.shards: one shard per thread), as the
 # size of its activations in the blocks, tokens x width. Below it the step runs whole: a

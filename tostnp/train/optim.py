@@ -194,7 +194,7 @@ class AdamW:
         # live in one flat buffer each (m[name], v[name] are views into it), so that one kernel
         # call updates the whole group (tostnp.backend.kernels.adamw_update_flat); None where
         # the parameters are not all NumPy arrays, the fast path is off, or the model is larger
-        # than tuning.ADAMW_FLAT_MAX_ELEMENTS (a step concatenates its parameters and gradients).
+        # than tuning.ADAMW_FLAT_MAX_ELEMENTS (a step holds about three copies of the model).
         self._groups = self._flat_groups(params)
         for name in self.names:
             if name in self.m:
