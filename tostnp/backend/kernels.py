@@ -408,8 +408,6 @@ def adamw_update_flat(ps, gs, m, v, **hyper):
     its time on."""
     p = np.concatenate([a.reshape(-1) for a in ps])
     g = np.concatenate([a.reshape(-1) for a in gs])
-    if p.dtype != m.dtype or g.dtype != m.dtype:    # (the optimizer checked each dtype)
-        raise ValueError("adamw_update_flat: parameters, gradients and moments need one dtype")
     new = adamw_update(p[:, None], g[:, None], m[:, None], v[:, None], **hyper)[:, 0]
     out, off = [], 0
     for a in ps:

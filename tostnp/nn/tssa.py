@@ -265,10 +265,10 @@ def sliced_backward(dy, cache, xp):
     """full_backward on each slice of :func:`sliced_forward`; the parameters' gradients, sums
     over the batch, add up over the slices."""
     dx = xp.empty(dy.shape, dtype=dy.dtype)
-    slices = dict(cache["slices"])
+    caches = dict(cache["slices"])                       # (lo, hi) -> that slice's cache
 
     def one(lo, hi):
-        dx_s, grads_s = full_backward(dy[lo:hi], slices[(lo, hi)], xp)
+        dx_s, grads_s = full_backward(dy[lo:hi], caches[(lo, hi)], xp)
         dx[lo:hi, ...] = dx_s
         return grads_s
     parts = on_shards(one, [b for b, _ in cache["slices"]])

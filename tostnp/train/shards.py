@@ -37,13 +37,18 @@ from ..nn.params import is_state
 __all__ = ["shard_count", "sharded"]
 
 
+def _bounds(xp, params: dict, rows: int, row_elements: int) -> list[tuple[int, int]]:
+    """The shards' row ranges [lo, hi) (one range, the whole batch, when not sharded)."""
+    fast = backend.fused(xp)
+    if fast is None or any(is_state(k) for k in params):
+        return [(0, rows)]
+    return fast.shard_bounds(rows, row_elements, tuning.SHARD_MIN_ELEMENTS)
+
+
 def shard_count(xp, params: dict, rows: int, row_elements: int) -> int:
     """How many shards a batch of ``rows`` rows, each with activations of ``row_elements``
     numbers (tokens x width), runs in (1: not sharded; see the module)."""
-    fast = backend.fused(xp)
-    if fast is None or any(is_state(k) for k in params):
-        return 1
-    return len(fast.shard_bounds(rows, row_elements, tuning.SHARD_MIN_ELEMENTS))
+    return len(_bounds(xp, params, rows, row_elements))
 
 
 def sharded(fn, params: dict, arrays: tuple, xp, *, row_elements: int):
@@ -57,11 +62,9 @@ def sharded(fn, params: dict, arrays: tuple, xp, *, row_elements: int):
     ``fn`` returns None).
     """
     B = arrays[0].shape[0]
-    n = shard_count(xp, params, B, row_elements)
-    if n <= 1:
+    bounds = _bounds(xp, params, B, row_elements)
+    if len(bounds) <= 1:
         return fn(params, *arrays)
-    fast = backend.fused(xp)
-    bounds = fast.shard_bounds(B, row_elements, tuning.SHARD_MIN_ELEMENTS)
     parts = on_shards(lambda lo, hi: fn(params, *(a[lo:hi] for a in arrays)), bounds)
     weights = [(hi - lo) / B for lo, hi in bounds]
     loss = sum(w * part[0] for w, part in zip(weights, parts))
