@@ -1,8 +1,9 @@
-"""Every command README.md prints works as printed, and so does every command the CLI prints as
-advice.
+"""Every command README.md and the docs pages it links (docs/*.md) print works as printed, and so
+does every command the CLI prints as advice.
 
-The README's commands (its ```bash blocks, and inline `...` spans that start like a command)
-are read here, not listed: a command added to the README is tested without touching this file.
+The commands (```bash blocks, and inline `...` spans that start like a command), README first,
+then the docs pages in name order, are read here, not listed: a command added to the README or
+a docs page is tested without touching this file.
 Each tostnp command must parse as printed (every option exists, every value is accepted), name
 files that exist in the repository or that an earlier README command creates, and then run in a
 quick form in a scratch directory, in README order (a training command gets a tiny model and a
@@ -22,6 +23,7 @@ from tostnp.__main__ import build_parser, main
 
 ROOT = Path(__file__).resolve().parent.parent
 README = ROOT / "README.md"
+PAGES = [README] + sorted((ROOT / "docs").glob("*.md"))   # the README's run logs moved to docs/
 PREFIXES = [["python3", "run.py"], [".venv/bin/python", "-m", "tostnp"],
             ["python", "-m", "tostnp"], ["tostnp"]]
 PLACEHOLDER = re.compile(r"<[^>]+>|\.\.\.|\bARGS\b|\bNAME\b|\bSUBMISSIONS\b|\bOUT\b|\bFILE\b|\bDIR\b|\bRUN\b|\bPATH\b|\bD\b")
@@ -29,8 +31,9 @@ TINY = ["--width", "8", "--depth", "1", "--heads", "2", "--no-progress", "--eval
 
 
 def readme_commands() -> list[list[str]]:
-    """Every command line of README.md, as argv lists, in order (placeholders left out)."""
-    text = README.read_text(encoding="utf-8")
+    """Every command line of README.md and docs/*.md, as argv lists, in order (placeholders left
+    out)."""
+    text = "\n".join(p.read_text(encoding="utf-8") for p in PAGES)
     lines = []
     for block in re.findall(r"```bash\n(.*?)```", text, flags=re.S):
         lines += [ln for ln in block.splitlines() if ln.strip()]

@@ -1,0 +1,321 @@
+"""The tables of README.md and docs/*.md, generated from the committed JSON results.
+
+A page holds its tables between ``<!-- BEGIN:GEN name -->`` and ``<!-- END:GEN name -->``;
+this script rewrites what lies between them from the JSON named in the block, and leaves the
+prose around them alone. ``tests/test_docs_tables.py`` regenerates every block and asserts the
+committed page equals the output, so a table cannot drift from its JSON.
+
+    python3 docs/gen_tables.py           # rewrite the blocks after committing a new result
+    python3 docs/gen_tables.py --check   # exit 1 if a committed page differs
+
+Every table names the file it comes from and the machine the file records (CPU, BLAS, load):
+figures from different CPUs sit side by side as rows, never merged.
+"""
+from __future__ import annotations
+
+import glob
+import json
+import os
+import re
+import sys
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+BLOCK = re.compile(r"(<!-- BEGIN:GEN (?P<name>[\w-]+) -->\n)(?P<body>.*?)(<!-- END:GEN (?P=name) -->)",
+                   re.S)
+
+
+def _load(rel):
+    with open(os.path.join(ROOT, rel), encoding="utf-8") as f:
+        return json.load(f)
+
+
+def _ms(seconds):
+    v = seconds * 1e3
+    return f"{v:.1f}" if v < 100 else f"{v:,.0f}"
+
+
+def _mib(nbytes):
+    return f"{nbytes / 2**20:,.0f}"
+
+
+def _pm(mean, sd, fmt):
+    return f"{fmt.format(mean)} ± {fmt.format(sd)}"
+
+
+def _table(head, rows, align=None):
+    align = align or ["---"] * len(head)
+    out = ["| " + " | ".join(head) + " |", "|" + "|".join(align) + "|"]
+    out += ["| " + " | ".join(str(c) for c in r) + " |" for r in rows]
+    return "\n".join(out)
+
+
+def _load_str(vals):
+    return "–".join(f"{v:.1f}" for v in sorted({round(min(vals), 1), round(max(vals), 1)}))
+
+
+# ------------------------------------------------------------------------------- the machines
+def peer_machine(env):
+    """CPU, BLAS and versions of a benchmarks/peer_torch.py result's ``env``."""
+    return (f"{env.get('cpu', 'CPU not recorded')}, {env['host_cpus']} CPUs; "
+            f"NumPy {env['numpy']} ({'; '.join(env['blas'])}); PyTorch {env['torch']}")
+
+
+def context_machine(m):
+    blas = "; ".join(f"{b['internal_api']} {b['version']} ({b.get('architecture', '?')})"
+                     for b in m["numpy_blas"])
+    return (f"{m['cpu']}, {m['logical_cpus']} CPUs; NumPy {m['numpy']} ({blas}); "
+            f"PyTorch {m['torch']}")
+
+
+def bench_machine(meta):
+    # bench_cpu.json of 2026-11-25 records the platform but not the CPU's name; the run log of
+    # that day (docs/benchmarks.md) names it: the repository's 2-core AMD EPYC machine.
+    return (f"{meta['machine']} ({meta.get('cpu', 'CPU not recorded in the file')}); "
+            f"NumPy {meta['numpy']} ({meta['blas']}); Python {meta['python']}")
+
+
+# -------------------------------------------------------------------------- bench (docs/bench)
+def bench_layers(_):
+    r = _load("docs/bench/bench_cpu.json")
+    m, L = r["meta"], r["layers"]
+    rows = []
+    for N in m["sizes"]:
+        k = str(N)
+        ref = r["reference_matmuls"][k]
+
+        def t(name, key="fwdbwd_s"):
+            e = L[name][k]
+            return f"skipped ({e['est_bytes'] / 1e9:.1f} GB est.)" if "skipped" in e else _ms(e[key])
+
+        def mb(name):
+            e = L[name][k]
+            return "—" if "skipped" in e else _mib(e["fwdbwd_peak_bytes"])
+        rows.append([f"{N:,}", _ms(ref["fwdbwd_6mm_s"]), f"{t('tssa', 'fwd_s')} / {t('tssa')}",
+                     mb("tssa"), t("tssa_causal"), t("softmax"), mb("softmax"), t("linear")])
+    head = ["N", "6 matmuls", "TSSA fwd / fwd+bwd", "TSSA MB", "causal TSSA fwd+bwd",
+            "softmax fwd+bwd", "softmax MB", "linear attn fwd+bwd"]
+    return (f"From [`bench/bench_cpu.json`](bench/bench_cpu.json), {m['date'][:16]} UTC, "
+            f"{bench_machine(m)}; {m['dtype']}, B = {m['batch']}, C = {m['width']}, "
+            f"h = {m['heads']}; load average {m['loadavg_before'][0]}–{m['loadavg_after'][0]}; "
+            f"`{m['command']}`. Times in ms (median of {m['repeats']} rounds), memory = "
+            "forward+backward peak in MiB:\n\n"
+            + _table(head, rows, ["---:"] * len(head)) + "\n\n"
+            + _table(["benchmark target", "value", "limit", ""],
+                     [[t["target"], f"{t['value']:.2f}", f"{t['op']} {t['limit']:g}",
+                       f"**{t['status']}**"] for t in r["targets"]],
+                     ["---", "---:", "---:", "---"]) + "\n\n"
+            + "Decoder per-token time (`tssa_decode_step`, B = 4): "
+            + ", ".join(f"{int(T):,}: {e['per_token_s'] * 1e6:.0f} µs" for T, e in r["decode"].items())
+            + " (context: time).")
+
+
+def bench_train(_):
+    r = _load("docs/bench/bench_train_cpu.json")
+    m, tr = r["meta"], r["train"]
+    rows = []
+    for name in ("lm", "vision", "block"):
+        one, two = tr[f"{name}@1t"], tr[f"{name}@2t"]
+        fast = "; ".join(f"{tr[f'{name}@{t}t']['ratio_fast_plain_paired']:.2f}×" for t in (1, 2))
+        faults = f"{two['minflt_per_step']:,.0f}; {tr[f'{name}@2t:plain']['minflt_per_step']:,.0f}" \
+            if f"{name}@2t:plain" in tr else f"{two['minflt_per_step']:,.0f}"
+        rows.append([one["desc"], f"{one['steps_per_s']:.2f}", f"{two['steps_per_s']:.2f}",
+                     f"{two['ratio_to_1t_paired']:.2f}×", fast, faults])
+    return (f"From [`bench/bench_train_cpu.json`](bench/bench_train_cpu.json) "
+            f"(`{m['command']}`; load average {m['load_before'][0]}–{m['load_after'][0]}; "
+            "the file records no CPU: the run log below names it). Ratios are paired medians:\n\n"
+            + _table(["training step", "steps/s, 1 thread", "steps/s, 2 threads",
+                      "2 threads / 1 (time)", "fast / plain path (1; 2 threads)",
+                      "minor page faults per step at 2 threads (fast; plain)"], rows,
+                     ["---", "---:", "---:", "---:", "---:", "---:"]))
+
+
+# ------------------------------------------------------------------------------ peer PyTorch
+PEER_BENCHES = [("lm", "default LM"), ("vision", "default digits")]
+
+
+def _peer_cell(e):
+    return (f"{e['ratio_of_medians']:.2f}× ({e['paired_ratio_min']:.2f}–"
+            f"{e['paired_ratio_max']:.2f})")
+
+
+def peer_runs(_):
+    rows = []
+    files = sorted(glob.glob(os.path.join(ROOT, "docs/bench/peer_torch*.json")))
+    for path in sorted(files, key=lambda p: _load(os.path.relpath(p, ROOT))["env"]["date"]):
+        rel = os.path.relpath(path, ROOT)
+        d = _load(rel)
+        env, t = d["env"], d["timing"]
+        load = env["loadavg_start"][0], env["loadavg_end"][0]
+        cells = [_peer_cell(t[th][b]) if b in t.get(th, {}) else "—"
+                 for b, _ in PEER_BENCHES for th in ("1", "2")]
+        rows.append([f"[`{os.path.basename(rel)}`](bench/{os.path.basename(rel)})",
+                     env["date"][:16], peer_machine(env), f"{load[0]:.1f}–{load[1]:.1f}", *cells])
+    head = ["file", "date (UTC)", "CPU, BLAS", "load"] + [
+        f"{label}, {th} thread{'s' if th == '2' else ''}" for _, label in PEER_BENCHES
+        for th in ("1", "2")]
+    return ("Step time tostnp / PyTorch (ratio of the medians, paired range in brackets), one "
+            "row per committed run of `benchmarks/peer_torch.py`:\n\n"
+            + _table(head, rows, ["---"] * 4 + ["---:"] * 4))
+
+
+def speed_by_cpu(_):
+    """README: the latest committed peer run per CPU (and BLAS), side by side."""
+    latest = {}
+    for path in glob.glob(os.path.join(ROOT, "docs/bench/peer_torch*.json")):
+        rel = os.path.relpath(path, ROOT)
+        d = _load(rel)
+        # a run under load (loadavg at the start above 4) says little about speed
+        if d["env"]["loadavg_start"][0] > 4:
+            continue
+        key = (d["env"].get("cpu", "?"), tuple(d["env"]["blas"]))
+        if key not in latest or d["env"]["date"] > latest[key][1]["env"]["date"]:
+            latest[key] = (rel, d)
+    rows = []
+    for (cpu, blas), (rel, d) in sorted(latest.items()):
+        t = d["timing"]
+        rows.append([f"{cpu}, {d['env']['host_cpus']} CPUs", "; ".join(blas),
+                     *[_peer_cell(t[th][b]) for b, _ in PEER_BENCHES for th in ("1", "2")],
+                     f"[`{rel}`]({rel})"])
+    return _table(["CPU", "NumPy's BLAS", "LM, 1 thread", "LM, 2 threads", "digits, 1 thread",
+                   "digits, 2 threads", "file"], rows,
+                  ["---", "---", "---:", "---:", "---:", "---:", "---"])
+
+
+# --------------------------------------------------------------------------- context scaling
+def context_table(_):
+    d = _load("docs/bench/context_scaling.json")
+    rows = []
+    for e in d["train"]:
+        rows.append([f"{e['context']:,}", f"{e['step_s']['tostnp']:.3f}",
+                     f"{e['step_s']['torch']:.3f}",
+                     f"{e['time_ratio']:.2f}× ({e['time_ratio_paired']:.2f})",
+                     f"{e['train_rss_mb']['tostnp']:,.0f}", f"{e['train_rss_mb']['torch']:,.0f}",
+                     f"{e['memory_ratio']:.2f}×"])
+    dec = "; ".join(f"{e['context']:,}: {e['token_s']['tostnp'] * 1e3:.2f} against "
+                    f"{e['token_s']['torch'] * 1e3:.2f} ms ({e['time_ratio']:.2f}×)"
+                    for e in d.get("decode", []))
+    return (f"From [`bench/context_scaling.json`](bench/context_scaling.json), "
+            f"{d['machine']['date_utc']} UTC, {context_machine(d['machine'])}; "
+            f"{d['machine']['threads']} thread; width {d['model']['width']}, depth "
+            f"{d['model']['depth']}, {d['model']['heads']} heads, batch {d['model']['batch']}, "
+            f"PyTorch attention `{d['model']['torch_attention']}`:\n\n"
+            + _table(["context T", "ToST step (s)", "GPT step (s)", "time ratio (paired)",
+                      "ToST memory (MB)", "GPT memory (MB)", "memory ratio"], rows,
+                     ["---:"] * 7)
+            + (f"\n\nGeneration per token, tostnp against PyTorch with a KV cache (context: "
+               f"ms): {dec}." if dec else ""))
+
+
+def context_runs(_):
+    rows = []
+    for path in sorted(glob.glob(os.path.join(ROOT, "docs/bench/context_scaling*.json"))):
+        rel = os.path.relpath(path, ROOT)
+        d = _load(rel)
+        at = {e["context"]: e for e in d["train"]}
+        e = at.get(d["paper"]["context"])
+        rows.append([f"[`{os.path.basename(rel)}`](bench/{os.path.basename(rel)})",
+                     d["machine"]["date_utc"], context_machine(d["machine"]),
+                     f"{d['machine']['load_1min_at_start']:.1f}",
+                     d["model"].get("torch_attention", "sdpa (the default; not recorded)"),
+                     "—" if e is None else f"{e['time_ratio']:.2f}×",
+                     "—" if e is None else f"{e['memory_ratio']:.2f}×"])
+    return ("Every committed run at the paper's context (4,096 tokens; the paper: 0.60× time, "
+            "0.41× memory on a GPU):\n\n"
+            + _table(["file", "date (UTC)", "CPU, BLAS", "load at start", "PyTorch attention",
+                      "time ratio at 4k", "memory ratio at 4k"], rows,
+                     ["---"] * 5 + ["---:"] * 2))
+
+
+# -------------------------------------------------------------------------- training results
+RESULTS = [("digits.json", "test_acc", "test accuracy", "{:.2%}"),
+           ("lm.json", "val_bpc", "validation bits/char", "{:.3f}"),
+           ("lm-char.json", "val_bpc", "validation bits/char", "{:.3f}")]
+
+
+def results_table(_):
+    rows = []
+    for name, key, what, fmt in RESULTS:
+        d = _load(f"docs/results/{name}")
+        per = ", ".join(fmt.format(r[key]) for r in d["runs"])
+        extra = (f"; word rate {_pm(d['mean']['word_rate'] * 100, d['std']['word_rate'] * 100, '{:.1f}')}%"
+                 if "word_rate" in d["mean"] else "")
+        rows.append([f"[`{name}`](results/{name})", f"`{d['command']}`",
+                     f"{what} **{_pm(d['mean'][key], d['std'][key], fmt)}**{extra}",
+                     per, f"{_pm(d['mean']['train_cpu_s'], d['std']['train_cpu_s'], '{:.1f}')} s CPU, "
+                     f"{_pm(d['mean']['train_wall_s'], d['std']['train_wall_s'], '{:.1f}')} s wall",
+                     f"{d['cpu_count']} CPUs, load {d['loadavg_1min_end']:.1f} at the end"])
+    return _table(["file", "command", "mean ± sd over the seeds", "per seed", "training time per run",
+                   "machine"], rows)
+
+
+def _duration(s):
+    return f"{s:.0f} s" if s < 300 else f"{s / 60:.0f} min"
+
+
+def durations(_):
+    """README: each command's time, with the machine and load it was measured under."""
+    d = _load("docs/results/durations.json")
+    rows = []
+    for c in d["commands"]:
+        cells = []
+        for m in c["measurements"]:
+            if "from" in m:
+                r = _load(m["from"])
+                t = f"{_duration(r['mean'][m['key']])} ± {r['std'][m['key']]:.0f} s"
+                src = f"[`{m['from']}`]({m['from']})"
+            else:
+                t, src = _duration(m["seconds"]), m["source"]
+            cpu = m["cpu"] if m["cpu"] != "not recorded" else "CPU not recorded"
+            load = "idle" if m["load"] == "idle" else f"load {m['load'].replace('-', '–')}"
+            cells.append(f"**{t}**: {m['what']}; {cpu}, {m['cores']} cores, {load}; {src}")
+        rows.append([f"`{c['command']}`" if c["command"].startswith(("python3", "bash")) else
+                     c["command"], "<br>".join(cells)])
+    return ("From [`docs/results/durations.json`](docs/results/durations.json) (time: what was "
+            "timed; CPU, 1-minute load average; source):\n\n"
+            + _table(["command", "measured"], rows))
+
+
+def experiments_report(_):
+    sys.path.insert(0, ROOT)
+    from tostnp.experiments import markdown_report
+    return markdown_report(os.path.join(ROOT, "docs", "experiments"), "experiments").rstrip("\n") \
+        .replace(os.path.join(ROOT, "docs", "experiments") + "/", "")
+
+
+GENERATORS = {
+    "bench-layers": bench_layers, "bench-train": bench_train, "peer-runs": peer_runs,
+    "speed-by-cpu": speed_by_cpu, "context-table": context_table, "context-runs": context_runs,
+    "results": results_table, "durations": durations, "experiments": experiments_report,
+}
+PAGES = ["README.md", "docs/benchmarks.md", "docs/peer-torch.md", "docs/context-scaling.md",
+         "docs/training-results.md", "docs/experiments.md"]
+
+
+def render(text: str) -> str:
+    """``text`` with every generated block rewritten from its JSON."""
+    def sub(m):
+        return m.group(1) + GENERATORS[m.group("name")](m.group("name")) + "\n" + m.group(4)
+    return BLOCK.sub(sub, text)
+
+
+def main(argv=None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    stale = []
+    for rel in PAGES:
+        path = os.path.join(ROOT, rel)
+        with open(path, encoding="utf-8") as f:
+            old = f.read()
+        new = render(old)
+        if new != old:
+            stale.append(rel)
+            if "--check" not in argv:
+                with open(path, "w", encoding="utf-8") as f:
+                    f.write(new)
+    if stale:
+        print(("stale (run python3 docs/gen_tables.py): " if "--check" in argv else "rewrote: ")
+              + ", ".join(stale))
+    return 1 if stale and "--check" in argv else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
