@@ -275,6 +275,34 @@ def durations(_):
             + _table(["command", "measured"], rows))
 
 
+def results_brief(_):
+    """README: the headline figures, each with its file, CPU and BLAS."""
+    dig, lm = _load("docs/results/digits.json"), _load("docs/results/lm.json")
+    b = {t["target"]: t["value"] for t in _load("docs/bench/bench_cpu.json")["targets"]}
+    bm = _load("docs/bench/bench_cpu.json")["meta"]
+    cs = _load("docs/bench/context_scaling.json")
+    at = next(e for e in cs["train"] if e["context"] == cs["paper"]["context"])
+    return (
+        f"- The main job over {len(dig['seeds'])} seeds: test accuracy "
+        f"**{dig['mean']['test_acc']:.2%} ± {dig['std']['test_acc']:.2%}**; the LM over "
+        f"{len(lm['seeds'])} seeds: **{lm['mean']['val_bpc']:.3f} ± {lm['std']['val_bpc']:.3f} "
+        "bits/char** on validation text —\n  [`docs/results/digits.json`](docs/results/digits.json), "
+        "[`docs/results/lm.json`](docs/results/lm.json) (2 AMD EPYC cores, OpenBLAS, one thread "
+        "per run).\n"
+        f"- TSSA's forward+backward time grows "
+        f"{b['TSSA fwd+bwd time, N=16384 / N=1024 (ideal 16)']:.1f}× from N = 1,024 to 16,384 "
+        f"(ideal 16) and its memory {b['TSSA fwd+bwd peak memory, N=16384 / N=1024 (ideal 16)']:.1f}×; "
+        f"softmax attention takes {b['softmax / TSSA fwd+bwd time at N=4096']:.0f}× its time at "
+        "N = 4,096 —\n  [`docs/bench/bench_cpu.json`](docs/bench/bench_cpu.json) (2 AMD EPYC cores, "
+        f"{bm['blas']}, NumPy {bm['numpy']}).\n"
+        f"- The paper's claim at {at['context']:,} tokens of context, on a CPU: ToST's training step "
+        f"takes {at['time_ratio']:.2f}× the time of a GPT with PyTorch's fused attention and "
+        f"{at['memory_ratio']:.2f}× its memory (the paper, on a GPU: {cs['paper']['time_ratio']:.2f}× "
+        f"and {cs['paper']['memory_ratio']:.2f}×) —\n  "
+        "[`docs/bench/context_scaling.json`](docs/bench/context_scaling.json) "
+        f"({context_machine(cs['machine'])}, {cs['machine']['threads']} thread).")
+
+
 def experiments_report(_):
     sys.path.insert(0, ROOT)
     from tostnp.experiments import markdown_report
@@ -285,7 +313,7 @@ def experiments_report(_):
 GENERATORS = {
     "bench-layers": bench_layers, "bench-train": bench_train, "peer-runs": peer_runs,
     "speed-by-cpu": speed_by_cpu, "context-table": context_table, "context-runs": context_runs,
-    "results": results_table, "durations": durations, "experiments": experiments_report,
+    "results": results_table, "durations": durations, "results-brief": results_brief, "experiments": experiments_report,
 }
 PAGES = ["README.md", "docs/benchmarks.md", "docs/peer-torch.md", "docs/context-scaling.md",
          "docs/training-results.md", "docs/experiments.md"]

@@ -12,7 +12,7 @@ import importlib
 
 __all__ = ["EXPERIMENTS", "get_experiment", "run_experiment", "markdown_report"]
 
-# name -> module (in the order the README shows them)
+# name -> module (in the order docs/experiments.md shows them)
 EXPERIMENTS = {
     "mixers-digits": "mixers_digits",
     "mixers-char": "mixers_char",
