@@ -30,8 +30,9 @@ from .. import backend
 from ..models import configs as C
 from ..train.seeds import parse_seeds
 from ..nn.mixers import MIXERS
-from ..train.loop import MAX_STEPS, MAX_BATCH
-from ..models.configs import SIZE_LIMITS
+from ..train.defaults import (MAX_STEPS, MAX_BATCH, TrainConfig, VisionData, LMData,
+                              default_train_config, default_data_config)
+from ..models.configs import SIZE_LIMITS, DEFAULT_PRESET, VisionConfig
 from ..io.runlock import run_lock
 from .train_seeds import train_over_seeds
 from .options import (add_device_argument, add_memory_argument, device_namespace, bounded, SEED,
@@ -50,9 +51,10 @@ def add_arguments(parser) -> None:
                        description="Train a ToST image classifier; prints the test accuracy and "
                                    "writes the checkpoint and figures to --out.")
     v.add_argument("--config", default=None, choices=sorted(C.VISION_CONFIGS),
-                   help="model preset [tiny-digits]")
+                   help=f"model preset [{DEFAULT_PRESET['vision']}]")
     v.add_argument("--data", default=None, choices=["digits", "mnist", "cifar10"],
-                   help="dataset [digits]; mnist/cifar10 read local files from --data-dir")
+                   help=f"dataset [{VisionData.data}]; mnist/cifar10 read local files from "
+                        f"--data-dir")
     v.add_argument("--data-dir", default=None, help="directory with the MNIST/CIFAR-10 files")
     v.add_argument("--epochs", type=bounded(int, 1, 100_000), default=None,
                    help="training epochs [preset]")
@@ -67,9 +69,10 @@ def add_arguments(parser) -> None:
     v.add_argument("--val-fraction", type=bounded(float, 0.0, 1.0, open_hi=True), default=None,
                    help="share of each class of the training images held out as the validation "
                         "set (evaluated during training; the test set only at the end); "
-                        "0 = none [0.1]")
+                        f"0 = none [{VisionData.val_fraction}]")
     v.add_argument("--registers", type=bounded(int, 0, 65536), default=None,
-                   help="register tokens mixed with the patches, dropped before pooling [0]")
+                   help=f"register tokens mixed with the patches, dropped before pooling "
+                        f"[{VisionConfig.num_registers}]")
     v.add_argument("--stem", choices=["linear", "conv"], default=None,
                    help="patch stem: one linear map per patch, or the published 3x3 stride-2 "
                         "convolutions with BatchNorm (patch size a power of two) [preset]")
@@ -79,7 +82,8 @@ def add_arguments(parser) -> None:
     v.add_argument("--gelu", choices=["tanh", "erf"], default=None,
                    help="GELU form (the published models use erf) [preset]")
     v.add_argument("--cab", choices=["published", "cls-only"], default=None,
-                   help="class-attention block: the published XCiT block or CaiT's [published]")
+                   help=f"class-attention block: the published XCiT block or CaiT's "
+                        f"[{VisionConfig.cab}]")
     _add_common(v, "runs/vision")
     v.set_defaults(_train=_vision)
 
@@ -87,14 +91,15 @@ def add_arguments(parser) -> None:
                        description="Train a causal ToST language model on a text file (default: "
                                    "the Python documentation bundled with Python).")
     m.add_argument("--config", default=None, choices=sorted(C.LM_CONFIGS),
-                   help="model size preset [tiny-char] (the name is historical: the tokenizer is "
-                        "chosen by --tokenizer, bpe by default)")
+                   help=f"model size preset [{DEFAULT_PRESET['lm']}] (the name is historical: "
+                        f"the tokenizer is chosen by --tokenizer)")
     m.add_argument("--text", default=None, help="UTF-8 text file [Python's bundled docs]")
     m.add_argument("--block-size", type=_SIZE["block_size"], default=None,
                    help="context length T (tokens) [preset]")
     m.add_argument("--tokenizer", choices=["char", "bpe"], default=None,
                    help="char: one token per character; bpe: subword tokens learnt on the "
-                        "training text (see tostnp/data/bpe.py) [bpe]")
+                        f"training text (see tostnp/data/bpe.py) "
+                        f"[{default_data_config('lm').tokenizer}]")
     m.add_argument("--vocab-size", type=bounded(int, 1, 65536), default=None,
                    help="symbols of the bpe tokenizer [preset]")
     m.add_argument("--layer-scale-init", type=_SCALE, default=None,
@@ -105,10 +110,10 @@ def add_arguments(parser) -> None:
     m.add_argument("--gelu", choices=["tanh", "erf"], default=None,
                    help="GELU form (the published models use erf) [preset]")
     m.add_argument("--eval-batches", type=bounded(int, 1, 10_000), default=None,
-                   help="validation batches per evaluation [8]")
-    m.add_argument("--word-rate-samples", type=bounded(int, 0, 100), default=3,
+                   help=f"validation batches per evaluation [{LMData.eval_batches}]")
+    m.add_argument("--word-rate-samples", type=bounded(int, 0, 100), default=None,
                    help="samples (prompt 'The ', 1000 characters, seeds 0..N-1) whose word rate "
-                        "is reported at the end; 0 = none [3]")
+                        f"is reported at the end; 0 = none [{LMData.word_rate_samples}]")
     _add_common(m, "runs/lm")
     m.set_defaults(_train=_lm)
 
@@ -135,8 +140,10 @@ def _add_common(p, default_out) -> None:
                    help="number of heads h [preset]")
     p.add_argument("--mixer", default=None, choices=list(MIXERS),
                    help="token mixer of every block: tssa (ToST), tssa-uniform (Pi fixed to "
-                        "1/h), softmax, flash (softmax in O(N) memory), linear [tssa]")
-    p.add_argument("--seed", type=SEED, default=None, help="seed for init and data order [0]")
+                        f"1/h), softmax, flash (softmax in O(N) memory), linear "
+                        f"[{VisionConfig.mixer}]")
+    p.add_argument("--seed", type=SEED, default=None,
+                   help=f"seed for init and data order [{TrainConfig.seed}]")
     p.add_argument("--seeds", default=None, metavar="LIST",
                    help="run once per seed, e.g. 0-4 or 0,2,7: each run in --out/seed-S, then "
                         "mean ± sd over the seeds (printed and written to --out/seeds.json)")
@@ -194,21 +201,11 @@ def _given(value, default):
     return default if value is None else value
 
 
-def _new_train_config(args, preset, *, steps, batch_size, warmup_steps, eval_every, log_every,
-                      seed):
-    """The TrainConfig of a new run (validated): the options given on the command line, the
-    preset's lr and weight decay, and the task's defaults for the warmup and the evaluation
-    period (``warmup_steps``, ``eval_every``: used where the option is not given)."""
-    from ..train.loop import TrainConfig
-    if args.warmup_steps is not None and args.warmup_steps > steps:
-        raise ValueError(f"--warmup-steps {args.warmup_steps} is more than the run's "
-                         f"{steps} updates")
-    return TrainConfig(steps=steps, batch_size=batch_size, lr=_given(args.lr, preset.lr),
-                       min_lr=args.min_lr, warmup_steps=_given(args.warmup_steps, warmup_steps),
-                       weight_decay=_given(args.weight_decay, preset.weight_decay),
-                       eval_every=_given(args.eval_every, eval_every), log_every=log_every,
-                       checkpoint_every=args.checkpoint_every, seed=seed,
-                       stop_at=args.stop_at).validate()
+def _train_options(args) -> dict:
+    """The TrainConfig fields given as options of a new run (None: not given)."""
+    return {k: getattr(args, k) for k in ("steps", "batch_size", "lr", "min_lr", "warmup_steps",
+                                          "weight_decay", "eval_every", "checkpoint_every",
+                                          "stop_at")}
 
 
 def _field(config, key, typ, out):
@@ -372,22 +369,21 @@ def _vision(args, xp):
         shift = _field(config, "augment_shift", int, args.out)
         val_fraction = config.get("val_fraction", 0.0)
     else:
-        preset = _given(args.config, "tiny-digits")
-        d = C.get_vision_train_preset(preset)
+        preset = _given(args.config, DEFAULT_PRESET["vision"])
         cfg = C.get_vision_config(preset, width=args.width, depth=args.depth,
                                   num_heads=args.heads, pool=args.pool,
                                   patch_size=args.patch_size,
                                   layer_scale_init=args.layer_scale_init, mixer=args.mixer,
                                   num_registers=args.registers, stem=args.stem, pos=args.pos,
                                   gelu=args.gelu, cab=args.cab)
-        data_name = _given(args.data, "digits")
-        shift = d.augment_shift if args.augment_shift is None else args.augment_shift
-        val_fraction = _given(args.val_fraction, 0.1)
+        dc = default_data_config("vision", preset, data=args.data,
+                                 augment_shift=args.augment_shift, val_fraction=args.val_fraction)
+        data_name, shift, val_fraction = dc.data, dc.augment_shift, dc.val_fraction
     if args.data_dir:                        # where the data live now: applied with --resume
         data_dir = os.path.abspath(args.data_dir)
     elif not args.resume:
         data_dir = None
-    seed = tcfg.seed if args.resume else _given(args.seed, 0)
+    seed = tcfg.seed if args.resume else _given(args.seed, TrainConfig.seed)
     data = load_vision_data(data_name, data_dir)
     val = None
     if val_fraction > 0:
@@ -395,21 +391,8 @@ def _vision(args, xp):
                                                       seed=seed)
         data, val = (X_fit, y_fit, data[2], data[3]), (X_val, y_val)
     if not args.resume:
-        n_train = len(data[0])
-        if args.batch_size is not None and args.batch_size > n_train:
-            raise ValueError(f"--batch-size {args.batch_size} is more than the {n_train} "
-                             f"training images")
-        bs = min(_given(args.batch_size, d.batch_size), n_train)
-        spe = n_train // bs
-        epochs = _given(args.epochs, d.epochs)
-        steps = _given(args.steps, epochs * spe)
-        if steps > MAX_STEPS:
-            raise ValueError(f"--epochs {epochs} makes {steps:,} updates, more than the "
-                             f"{MAX_STEPS:,} allowed")
-        tcfg = _new_train_config(args, d, steps=steps, batch_size=bs,
-                                 warmup_steps=min(d.warmup_epochs * spe, steps),
-                                 eval_every=max(steps // 5, 1), log_every=max(spe // 4, 1),
-                                 seed=seed)
+        tcfg = default_train_config("vision", preset, n_train=len(data[0]), epochs=args.epochs,
+                                    seed=seed, **_train_options(args))
     _check_fits("vision", cfg, tcfg, args)
     task = VisionTask(cfg, data, batch_size=tcfg.batch_size, seed=tcfg.seed, augment_shift=shift,
                       xp=xp, data_name=data_name, val=val,
@@ -451,35 +434,31 @@ def _lm(args, xp):
         if text_path is not None and not isinstance(text_path, str):
             raise ValueError(f"checkpoint in {args.out}: 'text_path' must be a string or null")
         tok = tokenizer_from_dict(_field(config, "tokenizer", dict, args.out))
-        eval_batches = config.get("eval_batches", 8)
+        eval_batches = config.get("eval_batches", LMData.eval_batches)
         if isinstance(eval_batches, bool) or not isinstance(eval_batches, int) \
                 or eval_batches < 1:
             raise ValueError(f"checkpoint in {args.out}: 'eval_batches' must be an int >= 1")
     else:
         text_path, tok = (os.path.abspath(args.text) if args.text else None), None
-    kind = _given(args.tokenizer, C.LM_TRAIN_PRESET.tokenizer)
-    vocab = _given(args.vocab_size, C.LM_TRAIN_PRESET.vocab_size)
+    dc = default_data_config("lm", args.config, tokenizer=args.tokenizer,
+                             vocab_size=args.vocab_size, eval_batches=args.eval_batches,
+                             word_rate_samples=args.word_rate_samples)
     try:
-        train_ids, val_ids, tok = load_lm_text(text_path, tokenizer=tok, kind=kind,
-                                               vocab_size=vocab)
+        train_ids, val_ids, tok = load_lm_text(text_path, tokenizer=tok, kind=dc.tokenizer,
+                                               vocab_size=dc.vocab_size)
     except RuntimeError as e:              # the default corpus missing from this Python
         raise ValueError(str(e)) from None
     if not args.resume:
-        cfg = C.get_lm_config(_given(args.config, "tiny-char"), vocab_size=tok.vocab_size, width=args.width,
+        cfg = C.get_lm_config(_given(args.config, DEFAULT_PRESET["lm"]),
+                              vocab_size=tok.vocab_size, width=args.width,
                               depth=args.depth, num_heads=args.heads,
                               block_size=args.block_size,
                               layer_scale_init=args.layer_scale_init, mixer=args.mixer,
                               gelu=args.gelu,
                               **({} if args.bias is None else
                                  {"bias": args.bias, "ln_bias": args.bias}))
-        d = C.LM_TRAIN_PRESET
-        steps = _given(args.steps, d.steps)
-        tcfg = _new_train_config(args, d, steps=steps,
-                                 batch_size=_given(args.batch_size, d.batch_size),
-                                 warmup_steps=min(d.warmup_steps, steps),
-                                 eval_every=min(d.eval_every, steps), log_every=10,
-                                 seed=_given(args.seed, 0))
-        eval_batches = _given(args.eval_batches, 8)
+        tcfg = default_train_config("lm", args.config, seed=args.seed, **_train_options(args))
+        eval_batches = dc.eval_batches
     _check_fits("lm", cfg, tcfg, args)
     name = "Python docs (default corpus)" if text_path is None else os.path.basename(text_path)
     task = LMTask(cfg, train_ids, val_ids, tok, batch_size=tcfg.batch_size, seed=tcfg.seed,
@@ -500,7 +479,7 @@ def _lm(args, xp):
     _say(args, f"validation loss {e['val_loss']:.4f} nats/token = {e['val_bpc']:.3f} bits/char "
                f"(unigram baseline {task.unigram['bits']:.3f} bits/char); "
                f"training {cpu:.1f} s CPU time, {wall:.1f} s wall time")
-    n_wr = args.word_rate_samples
+    n_wr = dc.word_rate_samples
     if n_wr > 0:
         wr = lm_word_rate(params, cfg, tok, tok.decode(train_ids), seeds=range(n_wr))
         result.update(word_rate=wr["rate"], word_rate_counts=[wr["known"], wr["words"]])
