@@ -50,8 +50,7 @@ from ..backend.budget import check_memory
 from ..io.limits import loads_json
 from ..io.runlock import run_lock
 from .optim import AdamW, lr_schedule, clip_grad_norm, default_no_decay
-# TrainConfig and the limits live with the other training defaults; imported from here too
-from .defaults import TrainConfig, MAX_STEPS, MAX_BATCH  # noqa: F401
+from .defaults import TrainConfig   # its home: the training defaults; imported from here too
 from ..nn.params import sub, prefixed
 
 __all__ = ["TrainConfig", "train", "make_optimizer", "update_step", "read_metrics",
