@@ -1,17 +1,48 @@
 """The options of ``train vision`` and ``train lm`` (argparse); their defaults are read from
-:mod:`tostnp.train.defaults`, :mod:`tostnp.models.configs` and the dataclasses there."""
+:mod:`tostnp.train.defaults`, :mod:`tostnp.models.configs` and the dataclasses there.
+
+Every option is a field of exactly one dataclass of :data:`OPTION_CLASSES` (checked in
+tests/test_cli_train_options.py), made with :func:`tostnp.models.configs.option`, which says
+what ``--resume`` does with it (:mod:`tostnp.cli.train_resume`).
+"""
 from __future__ import annotations
 
 import argparse
+from dataclasses import dataclass
 
 from ..models import configs as C
 from ..nn.mixers import MIXERS
 from ..train.defaults import (MAX_STEPS, MAX_BATCH, TrainConfig, VisionData, LMData,
-                              default_data_config)
-from ..models.configs import SIZE_LIMITS, DEFAULT_PRESET, VisionConfig
+                              VisionTrainPreset, default_data_config)
+from ..models.configs import (SIZE_LIMITS, DEFAULT_PRESET, VisionConfig, LMConfig, option,
+                              option_fields)
 from .options import add_device_argument, add_memory_argument, bounded, SEED, THREADS
 
-__all__ = ["add_arguments"]
+__all__ = ["add_arguments", "RunOptions", "OPTION_CLASSES"]
+
+
+@dataclass(frozen=True)
+class RunOptions:
+    """The options of ``train`` that are not settings of the model, the optimisation or the
+    data: where and how the process runs (applied with ``--resume``), and ``--config``, the
+    model preset a new run starts from (refused with ``--resume``: the checkpoint fixed it).
+    Their defaults are the parser's (--device's and --max-memory-gb's are shared with the
+    other commands, :mod:`tostnp.cli.options`)."""
+    out: str = option(resume="apply")
+    device: str = option(resume="apply")
+    threads: int | None = option(resume="apply")
+    no_progress: bool = option(resume="apply")
+    max_memory_gb: float | None = option(resume="apply")
+    seeds: str | None = option(resume="apply")
+    resume: bool = option(resume="apply")
+    overwrite: bool = option(resume="apply")
+    config: str | None = option(resume="refuse")
+
+
+# The dataclasses whose fields are the options of train vision / train lm, each option in one.
+OPTION_CLASSES = {"vision": (VisionConfig, TrainConfig, VisionData, VisionTrainPreset,
+                             RunOptions),
+                  "lm": (LMConfig, TrainConfig, LMData, RunOptions)}
 
 _SIZE = {k: bounded(int, 1, v) for k, v in SIZE_LIMITS.items()}
 _SCALE = bounded(float, 0.0, 1e3)
@@ -56,7 +87,7 @@ def add_arguments(parser) -> None:
     v.add_argument("--cab", choices=["published", "cls-only"], default=None,
                    help=f"class-attention block: the published XCiT block or CaiT's "
                         f"[{VisionConfig.cab}]")
-    _add_common(v, "runs/vision")
+    _add_common(v, "vision")
 
     m = sub.add_parser("lm", help="causal language model (subword tokens by default)",
                        description="Train a causal ToST language model on a text file (default: "
@@ -85,10 +116,11 @@ def add_arguments(parser) -> None:
     m.add_argument("--word-rate-samples", type=bounded(int, 0, 100), default=None,
                    help="samples (prompt 'The ', 1000 characters, seeds 0..N-1) whose word rate "
                         f"is reported at the end; 0 = none [{LMData.word_rate_samples}]")
-    _add_common(m, "runs/lm")
+    _add_common(m, "lm")
 
 
-def _add_common(p, default_out) -> None:
+def _add_common(p, kind) -> None:
+    default_out = f"runs/{kind}"
     p.add_argument("--out", default=default_out, help=f"run directory [{default_out}]")
     add_device_argument(p)
     p.add_argument("--steps", type=bounded(int, 1, MAX_STEPS), default=None,
@@ -128,9 +160,11 @@ def _add_common(p, default_out) -> None:
     p.add_argument("--resume", action="store_true",
                    help="continue the run in --out from its checkpoint: the model, data and "
                         "training settings come from there, and an option given with a "
-                        "different value is refused; applied: --stop-at, --checkpoint-every, "
-                        "--data-dir, --device, --threads, --no-progress" +
-                        (", --word-rate-samples" if default_out == "runs/lm" else ""))
+                        "different value is refused; applied: " + ", ".join(
+                            "--" + dest.replace("_", "-") for cls in OPTION_CLASSES[kind]
+                            for dest, (_, what, _) in option_fields(cls).items()
+                            if what == "apply" and cls is not RunOptions) +
+                        " and how the process runs (--device, --threads, ...)")
     p.add_argument("--overwrite", action="store_true",
                    help="replace the run already in --out (its checkpoint, metrics, result and "
                         "figures); without it (or --resume) a directory holding a run is "

@@ -9,12 +9,13 @@ starts from: :data:`DEFAULT_PRESET`); the training settings that go with them ar
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, fields, replace
+from dataclasses import MISSING, dataclass, field, fields, replace
 
 from ..nn.params import check_mixer
 
 __all__ = ["VisionConfig", "LMConfig", "SeqConfig", "VISION_CONFIGS", "LM_CONFIGS", "get_vision_config",
-           "get_lm_config", "DEFAULT_PRESET", "config_from_dict", "dataclass_from_dict"]
+           "get_lm_config", "DEFAULT_PRESET", "config_from_dict", "dataclass_from_dict",
+           "option", "option_fields"]
 
 # Upper limits on sizes read from files (a crafted or mistyped checkpoint must not make us
 # allocate without bound); every published model is far inside them.
@@ -22,6 +23,24 @@ SIZE_LIMITS = {"image_size": 4096, "in_chans": 64, "patch_size": 4096, "num_clas
                "width": 16384, "depth": 1024, "num_heads": 1024, "mlp_ratio": 64,
                "num_cls_blocks": 64, "vocab_size": 1_000_000, "block_size": 1_048_576,
                "in_dim": 1_000_000, "max_len": 1_048_576}
+
+
+def option(default=MISSING, *, dest: str | None = None, resume: str = "compare",
+           path: bool = False):
+    """A dataclass field that an option of ``python -m tostnp train`` sets: ``dest`` is the
+    option's argparse name (the field's own by default); ``resume`` what ``--resume`` does with
+    a value given for it: "compare" (refused when it differs from the checkpoint's), "apply"
+    (where and how the run goes on: used) or "refuse" (the checkpoint fixed what it chose);
+    ``path``: compared as an absolute path."""
+    assert resume in ("compare", "apply", "refuse")
+    return field(default=default, metadata={"option": dest, "resume": resume, "path": path})
+
+
+def option_fields(cls) -> dict:
+    """{option's argparse name: (field name, "compare" | "apply" | "refuse", compared as a
+    path)} of the fields of dataclass ``cls`` made with :func:`option`."""
+    return {f.metadata["option"] or f.name: (f.name, f.metadata["resume"], f.metadata["path"])
+            for f in fields(cls) if "resume" in f.metadata}
 
 
 def _check_fields(cfg, int_fields, float_fields) -> None:
@@ -74,26 +93,27 @@ class VisionConfig:
     mixer: the token mixer of every block (:data:`tostnp.nn.mixers.MIXERS`; "tssa" is ToST, the
     others are baselines in the same model); num_registers: extra learned tokens that go
     through the blocks with the patches and are dropped before pooling (Darcet et al. 2024).
+    Fields made with :func:`option` are set by options of ``train vision``.
     """
     image_size: int = 8
     in_chans: int = 1
-    patch_size: int = 2
+    patch_size: int = option(2)
     num_classes: int = 10
-    width: int = 64
-    depth: int = 2
-    num_heads: int = 4
+    width: int = option(64)
+    depth: int = option(2)
+    num_heads: int = option(4, dest="heads")
     mlp_ratio: int = 2
-    pool: str = "cls"
+    pool: str = option("cls")
     num_cls_blocks: int = 1
-    layer_scale_init: float = 1.0
+    layer_scale_init: float = option(1.0)
     ln_eps: float = 1e-6
     init_std: float = 0.1
-    stem: str = "linear"
-    pos: str = "learned"
-    gelu: str = "tanh"
-    cab: str = "published"
-    mixer: str = "tssa"
-    num_registers: int = 0
+    stem: str = option("linear")
+    pos: str = option("learned")
+    gelu: str = option("tanh")
+    cab: str = option("published")
+    mixer: str = option("tssa")
+    num_registers: int = option(0, dest="registers")
 
     @property
     def num_patches(self) -> int:
@@ -139,21 +159,22 @@ class LMConfig:
     training uses False); ln_bias: LayerNorm shifts alone, None = same as ``bias`` ("tiny-char"
     keeps its shifts without linear biases); gelu: "tanh" or "erf" (exact, as published).
     mixer: the causal token mixer of every block (:data:`tostnp.nn.mixers.MIXERS`; "tssa" is
-    ToST).
+    ToST). Fields made with :func:`option` are set by options of ``train lm`` (``--bias`` sets
+    ln_bias too; ``--vocab-size`` is the tokenizer's, :class:`tostnp.train.defaults.LMData`).
     """
     vocab_size: int = 65
-    block_size: int = 64
-    width: int = 128
-    depth: int = 4
-    num_heads: int = 4
+    block_size: int = option(64)
+    width: int = option(128)
+    depth: int = option(4)
+    num_heads: int = option(4, dest="heads")
     mlp_ratio: int = 4
-    layer_scale_init: float = 1e-5
+    layer_scale_init: float = option(1e-5)
     ln_eps: float = 1e-5
     init_std: float = 0.02
-    bias: bool = False
+    bias: bool = option(False)
     ln_bias: bool | None = None
-    gelu: str = "tanh"
-    mixer: str = "tssa"
+    gelu: str = option("tanh")
+    mixer: str = option("tssa")
 
     @property
     def ln_shift(self) -> bool:

@@ -12,7 +12,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, replace
 
-from ..models.configs import DEFAULT_PRESET
+from ..models.configs import DEFAULT_PRESET, option
 
 __all__ = ["TrainConfig", "MAX_STEPS", "MAX_BATCH", "VisionTrainPreset", "LMTrainPreset",
            "VISION_TRAIN_PRESETS", "LM_TRAIN_PRESET", "get_vision_train_preset", "VisionData",
@@ -32,21 +32,22 @@ class TrainConfig:
     steps: total optimizer updates (the schedule's length); stop_at: stop early after this many
     updates, saving a checkpoint (for resuming; None = run to ``steps``); eval_every / log_every:
     in updates (0 = only at the end); checkpoint_every: in updates (0 = only at the end).
+    Fields made with :func:`tostnp.models.configs.option` are set by options of ``train``.
     """
-    steps: int = 1000
-    batch_size: int = 64
-    lr: float = 1e-3
-    min_lr: float | None = None
-    warmup_steps: int = 100
-    weight_decay: float = 0.05
+    steps: int = option(1000)
+    batch_size: int = option(64)
+    lr: float = option(1e-3)
+    min_lr: float | None = option(None)
+    warmup_steps: int = option(100)
+    weight_decay: float = option(0.05)
     beta1: float = 0.9
     beta2: float = 0.95
     grad_clip: float = 1.0
-    eval_every: int = 200
+    eval_every: int = option(200)
     log_every: int = 10
-    checkpoint_every: int | None = None
-    seed: int = 0
-    stop_at: int | None = None
+    checkpoint_every: int | None = option(None, resume="apply")
+    seed: int = option(0)
+    stop_at: int | None = option(None, resume="apply")
 
     def validate(self) -> "TrainConfig":
         def integer(f, lo, none_ok=False):
@@ -108,9 +109,11 @@ class VisionTrainPreset:
     :func:`default_train_config`).
 
     epochs, batch_size, lr (peak), warmup_epochs, weight_decay (AdamW), augment_shift (random
-    translation by up to this many pixels; 0 = none).
+    translation by up to this many pixels; 0 = none). ``--epochs`` replaces epochs (and is
+    refused with ``--resume``); the options of the others are those of :class:`TrainConfig` and
+    :class:`VisionData`.
     """
-    epochs: int = 100
+    epochs: int = option(100, resume="refuse")
     batch_size: int = 128
     lr: float = 1e-3
     warmup_epochs: int = 5
@@ -169,23 +172,25 @@ def get_vision_train_preset(name: str) -> VisionTrainPreset:
 class VisionData:
     """What ``train vision`` trains on: the dataset (``data_dir`` for the files of mnist and
     cifar10), the share of each class of the training images held out for validation, and the
-    augmentation (``augment_shift``: the preset's unless given)."""
-    augment_shift: int
-    data: str = "digits"
-    data_dir: str | None = None
-    val_fraction: float = 0.1
+    augmentation (``augment_shift``: the preset's unless given). Each field is an option of
+    ``train vision``; ``--data-dir`` (where the files are now) is applied on ``--resume``."""
+    augment_shift: int = option()
+    data: str = option("digits")
+    data_dir: str | None = option(None, resume="apply")
+    val_fraction: float = option(0.1)
 
 
 @dataclass(frozen=True)
 class LMData:
     """What ``train lm`` trains on: the text (None: Python's bundled docs), the tokenizer and its
     symbols (the preset's unless given), the validation batches per evaluation, and the samples
-    whose word rate is reported at the end."""
-    tokenizer: str
-    vocab_size: int | None
-    text: str | None = None
-    eval_batches: int = 8
-    word_rate_samples: int = 3
+    whose word rate is reported at the end. Each field is an option of ``train lm``;
+    ``--word-rate-samples`` (a report at the end) is applied on ``--resume``."""
+    tokenizer: str = option()
+    vocab_size: int | None = option()
+    text: str | None = option(None, path=True)
+    eval_batches: int = option(8)
+    word_rate_samples: int = option(3, resume="apply")
 
 
 def _given(value, default):
