@@ -87,3 +87,15 @@ def test_same_values_as_the_checkpoint_pass():
     config, cfg, tcfg = _checkpoint("lm")
     check_resume_options(_args("lm", vocab_size=cfg.vocab_size, tokenizer="bpe",
                                eval_batches=8, bias=cfg.bias), "lm", config, cfg, tcfg)
+
+
+def test_tiny_char_is_the_old_name_of_tiny_lm():
+    from tostnp.io.interchange import check_arch
+    from tostnp.models.configs import LMConfig, DEFAULT_PRESET
+    assert DEFAULT_PRESET["lm"] == "tiny-lm"
+    new, old = get_lm_config("tiny-lm", vocab_size=50), get_lm_config("tiny-char", vocab_size=50)
+    assert new == old and new.ln_shift and not new.bias and new.width == LMConfig().width
+    args = build_parser().parse_args(["train", "lm", "--config", "tiny-char"])
+    assert args.config == "tiny-char"
+    for name in ("tiny-lm", "tiny-char"):            # the vocabulary comes from the text
+        check_arch("lm", get_lm_config(name, vocab_size=7), name)

@@ -120,6 +120,7 @@ def _classifier_phases(xp, opt, batch, forward, backward, row_elements):
 
 def _lm_step(xp, dtype, quick, seed):
     from ..models import get_lm_config, lm_init
+    from ..models.configs import DEFAULT_PRESET
     from ..models.lm import lm_forward, lm_backward
     from ..train.defaults import default_train_config, default_data_config
     # the default LM: its vocabulary is the default tokenizer's (BPE: d.vocab_size symbols)
@@ -139,8 +140,8 @@ def _lm_step(xp, dtype, quick, seed):
 
     fwd, bwd, shards = _classifier_phases(xp, opt, batch, lambda x, p: lm_forward(x, p, cfg),
                                           lm_backward, T * cfg.width)
-    return _Step("lm", f"LM tiny-char train step ({B}x{T} tokens, vocabulary {V})", B * T, "tokens",
-                 fwd, bwd, opt_step, shards)
+    return _Step("lm", f"LM {DEFAULT_PRESET['lm']} train step ({B}x{T} tokens, vocabulary {V})",
+                 B * T, "tokens", fwd, bwd, opt_step, shards)
 
 
 def _vision_step(xp, dtype, quick, seed):

@@ -93,8 +93,8 @@ def add_arguments(parser) -> None:
                        description="Train a causal ToST language model on a text file (default: "
                                    "the Python documentation bundled with Python).")
     m.add_argument("--config", default=None, choices=sorted(C.LM_CONFIGS),
-                   help=f"model size preset [{DEFAULT_PRESET['lm']}] (the name is historical: "
-                        f"the tokenizer is chosen by --tokenizer)")
+                   help=f"model size preset [{DEFAULT_PRESET['lm']}] (the tokenizer is chosen "
+                        f"by --tokenizer; tiny-char is tiny-lm's old name)")
     m.add_argument("--text", default=None, help="UTF-8 text file [Python's bundled docs]")
     m.add_argument("--block-size", type=_SIZE["block_size"], default=None,
                    help="context length T (tokens) [preset]")
@@ -108,7 +108,7 @@ def add_arguments(parser) -> None:
                    help="LayerScale's initial value [preset]")
     m.add_argument("--bias", action=argparse.BooleanOptionalAction, default=None,
                    help="linear biases and LayerNorm shifts (the published training: --no-bias, "
-                        "which also drops tiny-char's LayerNorm shifts) [preset]")
+                        "which also drops tiny-lm's LayerNorm shifts) [preset]")
     m.add_argument("--gelu", choices=["tanh", "erf"], default=None,
                    help="GELU form (the published models use erf) [preset]")
     m.add_argument("--eval-batches", type=bounded(int, 1, 10_000), default=None,

@@ -144,11 +144,8 @@ class LMTrainPreset:
 
 
 VISION_TRAIN_PRESETS = {
-    # chosen on the validation split held out of the training images (--val-fraction 0.1, seeds
-    # 0-4, 136 validation images each): 160 epochs against 120 gave validation accuracy
-    # 98.53 +- 1.27% against 98.38 +- 1.83% (min 96.32% against 95.59%), validation loss 0.060
-    # against 0.053 -- a small, mixed difference; 80 epochs gave 96.3% (seed 0). The test split
-    # is only reported (README).
+    # epochs chosen on the validation split held out of the training images, never the test
+    # split (the figures: docs/tuning.md)
     "tiny-digits": VisionTrainPreset(epochs=160, batch_size=64, lr=3e-3, warmup_epochs=1,
                                      weight_decay=0.1, augment_shift=1),
     "tiny-mnist": VisionTrainPreset(epochs=10, batch_size=128, lr=1e-3, warmup_epochs=1,
