@@ -7,13 +7,9 @@ import os
 import time
 
 from .. import backend
+from ..train.defaults import given
 
 __all__ = ["given", "options_of", "check_fits", "say", "train_and_report", "finish"]
-
-
-def given(value, default):
-    """The option's value when given (0 included: it is validated, never silently replaced)."""
-    return default if value is None else value
 
 
 def options_of(args, cls, **replaced) -> dict:
