@@ -37,8 +37,8 @@ _CATS = [  # (label, [(module file suffix, function name)]) -- inclusive times
                                         ("layers.py", "patch_embed_backward")]),
     ("  embedding fwd+bwd (LM; np.add.at scatter)", [("layers.py", "_embedding_forward"),
                                                     ("layers.py", "embedding_backward")]),
-    ("  softmax cross-entropy fwd+bwd", [("layers.py", "softmax_cross_entropy_forward"),
-                                         ("layers.py", "softmax_cross_entropy_backward")]),
+    ("  softmax cross-entropy fwd+bwd", [("loss.py", "softmax_cross_entropy_forward"),
+                                         ("loss.py", "softmax_cross_entropy_backward")]),
     ("clip_grad_norm", [("optim.py", "clip_grad_norm")]),
     ("AdamW.step", [("optim.py", "step")]),
 ]
