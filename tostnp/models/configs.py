@@ -1,9 +1,10 @@
-"""Model configurations and training presets: dataclasses with every default in one place
-(nanoGPT ``GPTConfig`` style).
+"""Model configurations: dataclasses with every default of a model in one place (nanoGPT
+``GPTConfig`` style).
 
-Named model presets live in :data:`VISION_CONFIGS` and :data:`LM_CONFIGS`; the training settings
-that go with them in :data:`VISION_TRAIN_PRESETS` and :data:`LM_TRAIN_PRESET`. The CLI starts
-from a preset and overrides single fields (``--width``, ``--lr``, ...).
+Named model presets live in :data:`VISION_CONFIGS` and :data:`LM_CONFIGS` (the ones ``train``
+starts from: :data:`DEFAULT_PRESET`); the training settings that go with them are in
+:mod:`tostnp.train.defaults`. The CLI starts from a preset and overrides single fields
+(``--width``, ``--lr``, ...).
 """
 from __future__ import annotations
 
@@ -13,9 +14,7 @@ from dataclasses import dataclass, fields, replace
 from ..nn.params import check_mixer
 
 __all__ = ["VisionConfig", "LMConfig", "SeqConfig", "VISION_CONFIGS", "LM_CONFIGS", "get_vision_config",
-           "get_lm_config", "VisionTrainPreset", "LMTrainPreset", "VISION_TRAIN_PRESETS",
-           "LM_TRAIN_PRESET", "get_vision_train_preset", "config_from_dict",
-           "dataclass_from_dict"]
+           "get_lm_config", "DEFAULT_PRESET", "config_from_dict", "dataclass_from_dict"]
 
 # Upper limits on sizes read from files (a crafted or mistyped checkpoint must not make us
 # allocate without bound); every published model is far inside them.
@@ -229,6 +228,10 @@ LM_CONFIGS = {
 }
 
 
+# The model preset of ``python -m tostnp train vision`` / ``train lm`` without --config.
+DEFAULT_PRESET = {"vision": "tiny-digits", "lm": "tiny-char"}
+
+
 def _get(table, name, overrides):
     if name not in table:
         raise ValueError(f"unknown config {name!r}; choose one of {sorted(table)}")
@@ -239,77 +242,14 @@ def _get(table, name, overrides):
     return replace(table[name], **{k: v for k, v in overrides.items() if v is not None})
 
 
-def get_vision_config(name: str = "tiny-digits", **overrides) -> VisionConfig:
+def get_vision_config(name: str = DEFAULT_PRESET["vision"], **overrides) -> VisionConfig:
     """Preset ``name`` with fields replaced by the non-None ``overrides``."""
     return _get(VISION_CONFIGS, name, overrides).validate()
 
 
-def get_lm_config(name: str = "tiny-char", **overrides) -> LMConfig:
+def get_lm_config(name: str = DEFAULT_PRESET["lm"], **overrides) -> LMConfig:
     """Preset ``name`` with fields replaced by the non-None ``overrides``."""
     return _get(LM_CONFIGS, name, overrides).validate()
-
-
-# --------------------------------------------------------------------------------------------
-# training presets (the defaults of ``python -m tostnp train``; every field has a CLI flag)
-# --------------------------------------------------------------------------------------------
-@dataclass(frozen=True)
-class VisionTrainPreset:
-    """Training settings for a vision preset, in epochs (the CLI turns them into steps).
-
-    epochs, batch_size, lr (peak), warmup_epochs, weight_decay (AdamW), augment_shift (random
-    translation by up to this many pixels; 0 = none).
-    """
-    epochs: int = 100
-    batch_size: int = 128
-    lr: float = 1e-3
-    warmup_epochs: int = 5
-    weight_decay: float = 0.05
-    augment_shift: int = 0
-
-
-@dataclass(frozen=True)
-class LMTrainPreset:
-    """Training settings for the language model, in optimizer steps; tokenizer "char" or "bpe"
-    (with vocab_size symbols, see tostnp/data/bpe.py).
-
-    The default is BPE with 512 symbols (merges learnt on the training text; ~2.5 characters
-    per token on the default corpus), chosen on the validation text: on the same model and
-    budget it reaches a lower validation bits/char and a far higher word rate than one token
-    per character (docs/results/lm.json against docs/results/lm-char.json, three seeds each;
-    book/10_causal_language.md reads both), because each 64-token context spans ~160
-    characters and whole words are single symbols. The model preset keeps its name
-    "tiny-char" (it describes the model's size; ``--tokenizer char`` trains it on characters).
-    """
-    steps: int = 1000
-    batch_size: int = 32
-    lr: float = 2e-3
-    warmup_steps: int = 50
-    weight_decay: float = 0.1
-    eval_every: int = 250
-    tokenizer: str = "bpe"
-    vocab_size: int | None = 512
-
-
-VISION_TRAIN_PRESETS = {
-    # chosen on the validation split held out of the training images (--val-fraction 0.1, seeds
-    # 0-4, 136 validation images each): 160 epochs against 120 gave validation accuracy
-    # 98.53 +- 1.27% against 98.38 +- 1.83% (min 96.32% against 95.59%), validation loss 0.060
-    # against 0.053 -- a small, mixed difference; 80 epochs gave 96.3% (seed 0). The test split
-    # is only reported (README).
-    "tiny-digits": VisionTrainPreset(epochs=160, batch_size=64, lr=3e-3, warmup_epochs=1,
-                                     weight_decay=0.1, augment_shift=1),
-    "tiny-mnist": VisionTrainPreset(epochs=10, batch_size=128, lr=1e-3, warmup_epochs=1,
-                                    weight_decay=0.05, augment_shift=2),
-    "tiny-cifar": VisionTrainPreset(epochs=30, batch_size=128, lr=1e-3, warmup_epochs=2,
-                                    weight_decay=0.05, augment_shift=4),
-}
-
-LM_TRAIN_PRESET = LMTrainPreset()
-
-
-def get_vision_train_preset(name: str) -> VisionTrainPreset:
-    """The training preset of model preset ``name`` (the dataclass defaults for the others)."""
-    return VISION_TRAIN_PRESETS.get(name, VisionTrainPreset())
 
 
 # Fields that checkpoints written before they existed lack, with the form those models had.
