@@ -11,7 +11,8 @@ in PyTorch eager on CPU.
 Every number it prints is measured in the run that prints it.
 
 1. Equivalence. Builds tostnp's default presets (LM "tiny-char" on its default corpus, vision
-   "tiny-digits" on the bundled digits, with tostnp's CLI training settings) and a PyTorch
+   "tiny-digits" on the bundled digits, with tostnp's training defaults:
+   tostnp.train.defaults.default_train_config) and a PyTorch
    nn.Module version of each (LayerNorm, TSSA -- causal with denom_bias for the LM, non-causal
    for vision, written from tostnp/nn/tssa.py's documented semantics -- LayerScale, tanh-GELU
    MLP, tied LM head, class-attention pooling), copies tostnp's initial weights into it, asserts
@@ -34,8 +35,8 @@ Every number it prints is measured in the run that prints it.
    sets up its runtime), and for tostnp the NumPy bytes at one step's
    high-water mark (tracemalloc; it cannot see torch's buffers).
    One training step = what tostnp/train/loop.py does per update minus logging/eval/checkpoints:
-   task.next_batch(), task.loss_and_grads(), clip_grad_norm(1.0), lr_schedule(), float(loss) +
-   finiteness check, AdamW.step(); torch: the same batch sampler, forward, cross-entropy,
+   task.next_batch(), task.loss_and_grads(), then the loop's own update_step (clip_grad_norm(1.0),
+   lr_schedule(), float(loss) + finiteness check, AdamW.step()); torch: the same batch sampler, forward, cross-entropy,
    zero_grad + backward, clip_grad_norm_(1.0), the same lr schedule, loss.item() + check,
    torch.optim.AdamW (default implementation) with the same betas/eps/weight decay and the
    same no-decay parameters.

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import time
 
-from .setups import (BLOCK_SHAPE, block_setup, torch_block, torch_trainer, tostnp_block,
-                     tostnp_trainer)
+from .setups import (BLOCK_SHAPE, block_setup, torch_block, torch_fwd_bwd, torch_trainer,
+                     tostnp_block, tostnp_trainer)
 from .torch_models import torch_defs
 
 
@@ -117,19 +117,8 @@ def make_step(system, bench):
                     mod.W_o.bias.copy_(torch.from_numpy(p["b_o"]))
                 if causal:
                     mod.denom_bias.copy_(torch.from_numpy(p["denom_bias"]))
-            xt = torch.from_numpy(x).requires_grad_(True)
-            dyt = torch.from_numpy(dy)
-
-            def step():
-                for q in mod.parameters():
-                    q.grad = None
-                xt.grad = None
-                t0 = pc()
-                y = mod(xt)
-                t1 = pc()
-                y.backward(dyt)
-                t2 = pc()
-                return {"fwd": t1 - t0, "bwd": t2 - t1, "total": t2 - t0}
+            step = torch_fwd_bwd(mod, torch.from_numpy(x).requires_grad_(True),
+                                 torch.from_numpy(dy))
         return step, {"items_per_step": B * N, "unit": "tokens", "batch": B}
     if bench in ("gemm", "gemm_block"):
         import numpy as np

@@ -14,17 +14,12 @@ BLOCK_SHAPE = dict(B=4, N=4096, C=384, h=6, mlp_ratio=4)
 
 
 def train_config(kind, n_train=None):
-    """tostnp's CLI training defaults (tostnp/cli/train_command.py) for the default presets."""
-    from tostnp.train.loop import TrainConfig
-    from tostnp.models.configs import LM_TRAIN_PRESET, get_vision_train_preset
+    """tostnp's training defaults for the default presets (tostnp.train.defaults, as `train`
+    has them); vision: ``n_train`` training images."""
+    from tostnp.train.defaults import default_train_config
     if kind.startswith("lm"):
-        d = LM_TRAIN_PRESET
-        return TrainConfig(steps=d.steps, batch_size=d.batch_size, lr=d.lr,
-                           warmup_steps=d.warmup_steps, weight_decay=d.weight_decay)
-    d = get_vision_train_preset("tiny-digits")
-    spe = n_train // d.batch_size
-    return TrainConfig(steps=d.epochs * spe, batch_size=d.batch_size, lr=d.lr,
-                       warmup_steps=d.warmup_epochs * spe, weight_decay=d.weight_decay)
+        return default_train_config("lm")
+    return default_train_config("vision", "tiny-digits", n_train=n_train)
 
 
 _DATA = {}
@@ -37,13 +32,12 @@ def make_task(kind, seed=0, dtype=None):
     from tostnp.models import configs as Cf
     from tostnp.train.tasks import LMTask, VisionTask
     from tostnp.data import load_lm_text, load_vision_data
-    from tostnp.models.configs import get_vision_train_preset
+    from tostnp.train.defaults import default_data_config
     xp = backend.get_xp("cpu")
     if kind.startswith("lm"):
-        if "lm" not in _DATA:      # the default corpus with the CLI's default tokenizer
-            from tostnp.models.configs import LM_TRAIN_PRESET
-            _DATA["lm"] = load_lm_text(None, kind=LM_TRAIN_PRESET.tokenizer,
-                                       vocab_size=LM_TRAIN_PRESET.vocab_size)
+        if "lm" not in _DATA:      # the default corpus with the default tokenizer
+            d = default_data_config("lm")
+            _DATA["lm"] = load_lm_text(d.text, kind=d.tokenizer, vocab_size=d.vocab_size)
         train_ids, val_ids, tok = _DATA["lm"]
         over = dict(width=8, num_heads=4) if kind == "lm_tiny" else {}
         cfg = Cf.get_lm_config("tiny-char", vocab_size=tok.vocab_size, **over)
@@ -57,45 +51,46 @@ def make_task(kind, seed=0, dtype=None):
     cfg = Cf.get_vision_config("tiny-digits")
     tcfg = train_config("vision", len(data[0]))
     task = VisionTask(cfg, data, batch_size=tcfg.batch_size, seed=seed,
-                      augment_shift=get_vision_train_preset("tiny-digits").augment_shift, xp=xp,
-                      dtype=dtype)
+                      augment_shift=default_data_config("vision", "tiny-digits").augment_shift,
+                      xp=xp, dtype=dtype)
     return task, tcfg
 
 
+def with_batches(task, body):
+    """A trainer's step(batch=None): the task's next batch unless one is given, then
+    ``body(batch, t0)`` with t0 the step's start (its data phase is timed from there)."""
+    def step(batch=None):
+        t0 = time.perf_counter()
+        if batch is None:
+            batch = task.next_batch()
+        return body(batch, t0)
+    return step
+
+
 def tostnp_trainer(kind, dtype=None):
-    """tostnp's own per-update path from tostnp/train/loop.py (minus logging/eval/checkpoint)."""
+    """tostnp's own per-update path: tostnp.train.loop's optimizer and update_step (clip,
+    schedule, loss to the host + finiteness check, AdamW), minus logging/eval/checkpoints."""
     from tostnp import backend
-    from tostnp.train.optim import clip_grad_norm, lr_schedule
-    from tostnp.train.loop import _make_opt
+    from tostnp.train.loop import make_optimizer, update_step
     task, tcfg = make_task(kind, dtype=dtype)
     if hasattr(backend, "keep_freed_memory"):      # what tostnp.train.loop.train() does first
         backend.keep_freed_memory()
     params = task.init_params(backend.RNG(tcfg.seed))
-    opt = _make_opt(params, tcfg)
+    opt = make_optimizer(params, tcfg)
     state = {"step": 0}
     pc = time.perf_counter
 
-    def step(batch=None):
-        t0 = pc()
-        if batch is None:
-            batch = task.next_batch()
+    def body(batch, t0):
         t1 = pc()
         loss, grads, extra = task.loss_and_grads(params, batch)
         t2 = pc()
-        grads, gnorm = clip_grad_norm(grads, tcfg.grad_clip)
-        lr = lr_schedule(state["step"] % tcfg.steps, max_lr=tcfg.lr, min_lr=tcfg.final_lr,
-                         warmup_steps=tcfg.warmup_steps, total_steps=tcfg.steps)
-        loss_f = float(loss)
-        if not math.isfinite(loss_f) or not math.isfinite(gnorm):
-            raise FloatingPointError(f"loss {loss_f}, grad norm {gnorm}")
+        loss_f, _, _ = update_step(opt, grads, loss, state["step"] % tcfg.steps, tcfg)
         t3 = pc()
-        opt.step(grads, lr=lr)
-        t4 = pc()
         state["step"] += 1
-        return {"data": t1 - t0, "fwd_bwd": t2 - t1, "clip": t3 - t2, "opt": t4 - t3,
-                "total": t4 - t0, "loss": loss_f}
+        return {"data": t1 - t0, "fwd_bwd": t2 - t1, "update": t3 - t2, "total": t3 - t0,
+                "loss": loss_f}
 
-    return step, task, tcfg, params, opt
+    return with_batches(task, body), task, tcfg, params, opt
 
 
 def torch_trainer(kind, task=None, tcfg=None, params0=None, dtype=None):
@@ -116,10 +111,7 @@ def torch_trainer(kind, task=None, tcfg=None, params0=None, dtype=None):
     state = {"step": 0}
     pc = time.perf_counter
 
-    def step(batch=None):
-        t0 = pc()
-        if batch is None:
-            batch = task.next_batch()
+    def body(batch, t0):
         x = torch.from_numpy(batch[0])
         y = torch.from_numpy(batch[1])
         if x.is_floating_point():
@@ -149,9 +141,10 @@ def torch_trainer(kind, task=None, tcfg=None, params0=None, dtype=None):
         t5 = pc()
         state["step"] += 1
         return {"data": t1 - t0, "fwd": t2 - t1, "bwd": t3 - t2, "fwd_bwd": t3 - t1,
-                "clip": t4 - t3, "opt": t5 - t4, "total": t5 - t0, "loss": loss_f}
+                "clip": t4 - t3, "opt": t5 - t4, "update": t5 - t3, "total": t5 - t0,
+                "loss": loss_f}
 
-    return step, model, m, opt, task, tcfg
+    return with_batches(task, body), model, m, opt, task, tcfg
 
 
 def block_setup(causal, seed=0):
@@ -205,18 +198,25 @@ def torch_block(causal):
                          bias=not causal, ls_init=1.0, mlp_ratio=s["mlp_ratio"], eps=eps)
     m = transplant("block", blk, params)
     xt = torch.from_numpy(x).requires_grad_(True)
-    dyt = torch.from_numpy(dy)
+    return torch_fwd_bwd(blk, xt, torch.from_numpy(dy), out=(xt, m))
+
+
+def torch_fwd_bwd(mod, xt, dyt, out=None):
+    """step(): torch module ``mod``'s forward on xt and backward of dyt, timed, gradients
+    cleared first; with ``out``, "_out" holds (y, *out)."""
     pc = time.perf_counter
 
     def step():
-        for p in blk.parameters():
+        for p in mod.parameters():
             p.grad = None
         xt.grad = None
         t0 = pc()
-        y = blk(xt)
+        y = mod(xt)
         t1 = pc()
         y.backward(dyt)
         t2 = pc()
-        return {"fwd": t1 - t0, "bwd": t2 - t1, "total": t2 - t0, "_out": (y, xt, m)}
-
+        r = {"fwd": t1 - t0, "bwd": t2 - t1, "total": t2 - t0}
+        if out is not None:
+            r["_out"] = (y, *out)
+        return r
     return step

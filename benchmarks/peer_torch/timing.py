@@ -120,14 +120,14 @@ def print_table(out):
           "items/s are absolute numbers from a shared 2-core machine: read the ratios. The load "
           "average includes this benchmark's own running worker.)")
     print("\n  Phase split of one step (median ms per step; torch fwd_bwd = forward+loss + "
-          "zero_grad+backward; clip includes float(loss)/loss.item()):")
+          "zero_grad+backward; update = clip + lr schedule + float(loss)/loss.item() + AdamW):")
     for threads, benches in out["timing"].items():
         for bench, s in benches.items():
             if bench not in ("lm", "vision", "lm_tiny"):
                 continue
             ph = s["phases_median"]
             line = "  ".join(f"{k} {1e3 * ph['tostnp'][k]:.2f}/{1e3 * ph['torch'][k]:.2f}"
-                             for k in ("data", "fwd_bwd", "clip", "opt", "total"))
+                             for k in ("data", "fwd_bwd", "update", "total"))
             print(f"  {threads} thr {bench:8s} tostnp/torch ms: {line}  | fresh memory "
                   f"faulted in per step {ph['tostnp']['fault_mb']:.1f}/{ph['torch']['fault_mb']:.1f}"
                   f" MB")
