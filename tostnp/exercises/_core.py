@@ -255,7 +255,8 @@ def measure(fn, *args, repeats: int = 1, trace_memory: bool = False, what="your 
             raise Fail(f"{what} stopped tracemalloc: the memory check cannot run")
         return r["result"], float(r["seconds"]), int(r["peak"]), float(r["wall"])
     import time
-    from ..bench.peaks import traced_peak_bytes
+    if trace_memory:
+        from ..bench.peaks import traced_peak_bytes
     best, wall, peak, out = math.inf, math.inf, 0, None
     clock = cpu_clock()
 
