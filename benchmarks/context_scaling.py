@@ -52,12 +52,14 @@ import math
 import os
 import platform
 import statistics
-import subprocess
 import sys
 import time
 
+if __package__ in (None, ""):         # run as a script: the repository root on the path
+    sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from benchmarks.workers import Worker, protocol_channel  # noqa: E402
+
 HERE = os.path.abspath(__file__)
-PROTO = "@@CTX@@ "
 PAPER = {"context": 4096, "time_ratio": 0.60, "memory_ratio": 0.41,
          "setting": "GPU; ToST-Base against GPT2-Base, per training step (ICLR 2025 paper)"}
 VOCAB = 256
@@ -234,7 +236,7 @@ def decode_at(system, Tmax, a):
 
 def worker_main(argv):
     system, T, a = argv[0], int(argv[1]), parse_args(argv[2:])
-    proto, sys.stdout = sys.stdout, sys.stderr           # keep library prints off the protocol
+    send = protocol_channel()                            # library prints go to stderr
     import numpy  # noqa: F401  (load OpenBLAS first: threadpoolctl only limits loaded libraries)
     from threadpoolctl import threadpool_limits
     from tostnp.backend import kernels
@@ -256,9 +258,6 @@ def worker_main(argv):
         train_step(system, 8, warm)()
     reset_peak_rss()
     rss0 = rss_bytes()                  # libraries loaded and warmed up, nothing else yet
-
-    def send(obj):
-        print(PROTO + json.dumps(obj), file=proto, flush=True)
 
     if a.mode == "train":
         step = train_step(system, T, a)
@@ -298,37 +297,9 @@ def worker_main(argv):
             break
 
 
-class Worker:
-    def __init__(self, system, T, argv):
-        self.system = system
-        env = dict(os.environ)
-        env["PYTHONPATH"] = os.pathsep.join(
-            p for p in [env.get("PYTHONPATH", ""), os.getcwd()] if p)
-        self.p = subprocess.Popen([sys.executable, HERE, "--worker", system, str(T)] + argv,
-                                  stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
-                                  env=env, bufsize=1)
-        self.meta = self._read()["ready"]
-
-    def _read(self):
-        while True:
-            line = self.p.stdout.readline()
-            if not line:
-                raise RuntimeError(f"worker {self.system} died (rc={self.p.poll()})")
-            if line.startswith(PROTO):
-                return json.loads(line[len(PROTO):])
-
-    def cmd(self, **kw):
-        self.p.stdin.write(json.dumps(kw) + "\n")
-        self.p.stdin.flush()
-        return self._read()
-
-    def close(self):
-        try:
-            self.p.stdin.write(json.dumps({"cmd": "quit"}) + "\n")
-            self.p.stdin.flush()
-            self.p.wait(timeout=120)
-        except Exception:
-            self.p.kill()
+def start_worker(system, T, argv):
+    """A worker process for ``system`` at context T (argv: the options and --mode)."""
+    return Worker([HERE, "--worker", system, str(T)] + argv, system, close_timeout=120)
 
 
 SYSTEMS = ("tostnp", "torch")
@@ -348,7 +319,7 @@ def run_training(a, argv, out):
         ws, t0 = {}, time.time()
         try:
             for s in SYSTEMS:                            # one at a time: warm-ups do not overlap
-                ws[s] = Worker(s, T, argv + ["--mode", "train"])
+                ws[s] = start_worker(s, T, argv + ["--mode", "train"])
             ks = {s: max(1, round(a.round_s / ws[s].meta["warm_step_s"])) for s in SYSTEMS}
             per, loads = {s: [] for s in SYSTEMS}, []
             for r in range(a.rounds):
@@ -400,7 +371,7 @@ def run_decoding(a, argv, out):
     rows = []
     try:
         for s in SYSTEMS:
-            ws[s] = Worker(s, Tmax, argv + ["--mode", "decode"])
+            ws[s] = start_worker(s, Tmax, argv + ["--mode", "decode"])
         for t in a.decode_contexts:
             per, nbytes = {s: [] for s in SYSTEMS}, {}
             for r in range(a.rounds):

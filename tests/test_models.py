@@ -251,7 +251,7 @@ def test_training_step_on_strict_device_matches_numpy(kind):
     loss_s, grads_s, params_s = _one_step(xps, dev, kind)
     # the same (plain) code on NumPy: the fast path rounds differently, and AdamW turns the
     # rounding noise of gradients that are zero in exact arithmetic (the key bias of class
-    # attention) into +-lr updates; tests/test_fused.py compares the two paths
+    # attention) into +-lr updates; tests/test_kernels.py compares the two paths
     old = backend.set_fast(False)
     try:
         loss_n, grads_n, params_n = _one_step(xp_np, None, kind)

@@ -255,22 +255,22 @@ def measure(fn, *args, repeats: int = 1, trace_memory: bool = False, what="your 
             raise Fail(f"{what} stopped tracemalloc: the memory check cannot run")
         return r["result"], float(r["seconds"]), int(r["peak"]), float(r["wall"])
     import time
-    import tracemalloc
+    if trace_memory:
+        from ..bench.peaks import traced_peak_bytes
     best, wall, peak, out = math.inf, math.inf, 0, None
     clock = cpu_clock()
+
+    def once():
+        nonlocal out, best, wall
+        t0, w0 = clock(), time.perf_counter()
+        out = call_student(fn, *args, what=what)
+        best = min(best, clock() - t0)
+        wall = min(wall, time.perf_counter() - w0)
     for _ in range(max(1, repeats)):
         if trace_memory:
-            tracemalloc.start()
-            tracemalloc.reset_peak()
-        try:
-            t0, w0 = clock(), time.perf_counter()
-            out = call_student(fn, *args, what=what)
-            best = min(best, clock() - t0)
-            wall = min(wall, time.perf_counter() - w0)
-        finally:
-            if trace_memory:
-                peak = max(peak, tracemalloc.get_traced_memory()[1])
-                tracemalloc.stop()
+            peak = max(peak, traced_peak_bytes(once))
+        else:
+            once()
     return out, best, peak, wall
 
 
