@@ -7,7 +7,7 @@ reference, a solution or a score: the grading process sends cells to execute and
 make; this process answers with plain data (JSON + arrays in an .npz, no pickle) over two pipes.
 
 Before any student code runs it: sets resource limits (address space, file size, no core
-files), puts the sandbox first on sys.path (a ``tostnp`` built without the code the notebook's
+files; where ``resource`` exists), puts the sandbox first on sys.path (a ``tostnp`` built without the code the notebook's
 exercises are about), keeps references to the clock and to tracemalloc that student code
 cannot replace, and installs an audit hook (PEP 578; it cannot be removed) that refuses to
 import blocked modules (autograd, ...), to open files under the protected folders (the
@@ -18,7 +18,6 @@ process also hides the protected folders with a private mount namespace where th
 import io
 import json
 import os
-import resource
 import struct
 import sys
 import time
@@ -36,6 +35,11 @@ MAX_MESSAGE = 256 * 2**20
 
 
 def _limits(cfg):
+    try:
+        import resource
+    except ImportError:                          # Windows: no caps (the grader says so)
+        return
+
     def cap(which, soft, hard=None):
         try:
             resource.setrlimit(which, (soft, soft if hard is None else hard))

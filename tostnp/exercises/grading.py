@@ -350,6 +350,17 @@ def site_dirs() -> list[str]:
     return [d for d in dict.fromkeys(dirs) if os.path.isdir(d)]
 
 
+def limits_note() -> str | None:
+    """One line for the user where the child's memory and CPU caps cannot be set (no
+    ``resource`` module: Windows); None where they can."""
+    try:
+        import resource  # noqa: F401
+    except ImportError:
+        return ("note: this system has no `resource` module (Windows): the notebook runs "
+                "without a memory cap; the time limits still hold")
+    return None
+
+
 def real_package_dirs() -> set[Path]:
     """Every folder a real ``tostnp`` could be imported from: this one, a copy installed in
     site-packages, the target of an editable install. A child may read none of them."""
@@ -447,7 +458,10 @@ class Session:
         if self.proc is None:
             return
         try:
-            os.killpg(self.proc.pid, signal.SIGKILL)
+            if hasattr(os, "killpg"):
+                os.killpg(self.proc.pid, signal.SIGKILL)     # its session: the child and all
+            else:
+                self.proc.kill()                             # Windows: TerminateProcess
         except (ProcessLookupError, PermissionError):
             pass
         try:
