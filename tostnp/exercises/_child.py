@@ -72,10 +72,12 @@ def _audit(cfg, sandbox):
     blocked = tuple(cfg.get("blocked_modules", ()))
     protected = [os.path.realpath(p) for p in cfg.get("protected", ())]
     allowed_read = [os.path.realpath(p) for p in cfg.get("allowed_read", ())] + [sandbox]
-    writable = [sandbox, "/dev/null"]
+    writable = [sandbox, os.devnull]
 
-    def under(path, roots):
-        return any(path == r or path.startswith(r.rstrip("/") + "/") for r in roots)
+    def under(path, roots):              # separator and case as the system has them (Windows)
+        path = os.path.normcase(path)
+        return any(path == os.path.normcase(r) or path.startswith(os.path.join(os.path.normcase(r), ""))
+                   for r in roots)
 
     def hook(event, args):
         if event == "import":
@@ -225,7 +227,14 @@ class Encoder:
 
 def main():
     _die_with_parent()
-    sandbox, rfd, wfd, cfg_path = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), sys.argv[4]
+    sandbox, rfd, wfd, cfg_path = sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4]
+    if rfd == "stdio":          # Windows: the pipes are stdin and stdout; off 0-2 before any code
+        rfd, wfd = os.dup(0), os.dup(1)
+        os.dup2(os.open(os.devnull, os.O_RDONLY), 0)
+        out = os.open(os.path.join(sandbox, "output.txt"), os.O_WRONLY | os.O_CREAT | os.O_APPEND)
+        os.dup2(out, 1)
+        os.dup2(out, 2)
+    rfd, wfd = int(rfd), int(wfd)
     with open(cfg_path, encoding="utf-8") as f:
         cfg = json.load(f)
     sandbox = os.path.realpath(sandbox)
