@@ -6,7 +6,8 @@
 
 Before the program runs: ``fcntl``, ``resource`` and ``termios`` cannot be imported (a meta-path
 finder raises ImportError, as on Windows); the POSIX-only signals (SIGKILL, SIGHUP, SIGUSR1,
-SIGALRM, ...) and process-group calls (os.killpg, os.getpgid, os.setsid) are gone from
+SIGALRM, ...) and the POSIX-only calls of ``os`` (killpg, getpgid, setsid, getloadavg, sysconf,
+fork, getuid, ...) are gone from
 ``signal`` and ``os``. Every Python process the program starts through ``sys.executable`` (the
 exercise grader's child, notebook kernels) is started through this file again, by a small shell
 wrapper written next to it. The standard library's own POSIX internals keep working
@@ -29,7 +30,8 @@ WINDOWS_SIGNALS = {"SIGABRT", "SIGFPE", "SIGILL", "SIGINT", "SIGSEGV", "SIGTERM"
 POSIX_SIGNAL_CALLS = ("alarm", "pause", "setitimer", "getitimer", "siginterrupt", "sigwait",
                       "sigtimedwait", "sigwaitinfo", "sigpending", "pthread_kill",
                       "pthread_sigmask", "pidfd_send_signal")
-POSIX_OS_CALLS = ("killpg", "getpgid", "setsid", "setpgid", "getpgrp")
+POSIX_OS_CALLS = ("killpg", "getpgid", "setsid", "setpgid", "getpgrp", "getloadavg", "sysconf",
+                  "fork", "getuid", "geteuid", "getgid", "getegid")   # not uname: NumPy on Linux reads it
 
 
 class _Refuse(importlib.abc.MetaPathFinder):

@@ -61,6 +61,10 @@ def test_vision_train_evaluate_convert(noposix, tmp_path):
     _ok(_run(noposix, "-m", "tostnp", "convert", st, tmp_path / "back", "--image-size", "8"))
     assert f"test accuracy {acc} " in _ok(_run(noposix, "-m", "tostnp", "evaluate",
                                                "--checkpoint", tmp_path / "back"))
+    _ok(_run(noposix, "-m", "tostnp", "train", "vision", "--seeds", "0-1", "--steps", "2",
+             "--batch-size", "32", "--out", tmp_path / "seeds", *TINY))
+    summary = json.loads((tmp_path / "seeds" / "seeds.json").read_text())
+    assert summary["loadavg_1min_end"] is None                  # no os.getloadavg there
 
 
 @pytest.mark.slow
@@ -110,3 +114,24 @@ def test_grading_child_over_stdio_pipes(student, monkeypatch):
     assert {k: r["score"] for k, r in res["exercises"].items()} == scores
     for name, word in reasons.items():
         assert word in res["exercises"][name]["hint"], (name, res["exercises"][name]["hint"])
+
+
+def test_no_process_is_probed_with_kill_on_windows(tmp_path, monkeypatch):
+    """On Windows os.kill(pid, 0) is TerminateProcess, not a probe: there the cleaner of stale
+    temporaries keeps every other writer's temporary and never calls os.kill."""
+    from tostnp.io.atomic import clean_stale_temporaries
+    other = subprocess.Popen([sys.executable, "-c", "pass"])
+    other.wait()                                              # a writer that is gone
+    theirs = tmp_path / f".curves.png.{other.pid}-xyz_9.tmp.png"
+    theirs.write_bytes(b"")
+    mine = tmp_path / f".ckpt.npz.{os.getpid()}-abc.tmp.npz"   # this process's, failed earlier
+    mine.write_bytes(b"")
+
+    def kill(pid, sig):
+        raise AssertionError(f"os.kill({pid}, {sig}) would end that process on Windows")
+    monkeypatch.setattr(os, "kill", kill)
+    monkeypatch.setattr(os, "name", "nt")
+    removed = clean_stale_temporaries(tmp_path)
+    monkeypatch.undo()
+    assert removed == [str(mine)] and theirs.exists()
+    assert clean_stale_temporaries(tmp_path) == [str(theirs)]  # on POSIX: its writer is gone
