@@ -9,6 +9,9 @@ PyTorch's ``scaled_dot_product_attention`` (causal; its fused CPU kernel), as th
     PYTHONPATH=. /tmp/torchvenv/bin/python benchmarks/context_scaling.py \\
         [--contexts 512 1024 2048 4096 8192 16384] [--width 256 --depth 4 --heads 4]
         [--threads 2] [--rounds 3] [--json docs/bench/context_scaling.json]
+    # on a CUDA GPU (tostnp on CuPy, torch on cuda; training only; memory = GPU memory held):
+    PYTHONPATH=. python benchmarks/context_scaling.py --device gpu --width 768 --depth 12 \
+        --heads 12 --contexts 1024 4096 16384 65536      # what .ci/gpu-check runs
 
 Every number it prints is measured in the run that prints it.
 
