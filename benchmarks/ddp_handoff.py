@@ -93,14 +93,17 @@ def published_vision(cfg: dict):
         def forward(self, x):
             return TSSA.forward(self, x)
 
-    class Block(nn.Module):
-        def __init__(self):
+    class Residual(nn.Module):
+        """The published names around an attention: norm1, attn, gamma1, norm2, mlp, gamma2."""
+
+        def __init__(self, attn):
             super().__init__()
-            self.norm1, self.attn = nn.LayerNorm(C, eps=eps), Attn()
+            self.norm1, self.attn = nn.LayerNorm(C, eps=eps), attn
             self.norm2, self.mlp = nn.LayerNorm(C, eps=eps), Mlp()
             self.gamma1 = nn.Parameter(torch.full((C,), cfg["layer_scale_init"]))
             self.gamma2 = nn.Parameter(torch.full((C,), cfg["layer_scale_init"]))
 
+    class Block(Residual):
         def forward(self, x):
             x = x + self.gamma1 * self.attn(self.norm1(x))
             return x + self.gamma2 * self.mlp(self.norm2(x))
@@ -116,15 +119,8 @@ def published_vision(cfg: dict):
             o = F.scaled_dot_product_attention(q[:, :, :1], k, v)            # (B, h, 1, p)
             return self.proj(o.transpose(1, 2).reshape(B, 1, C))
 
-    class ClassAttnBlock(nn.Module):
+    class ClassAttnBlock(Residual):
         """XCiT's block with tokens_norm: the patch tokens are re-normalised and passed on."""
-
-        def __init__(self):
-            super().__init__()
-            self.norm1, self.attn = nn.LayerNorm(C, eps=eps), ClassAttn()
-            self.norm2, self.mlp = nn.LayerNorm(C, eps=eps), Mlp()
-            self.gamma1 = nn.Parameter(torch.full((C,), cfg["layer_scale_init"]))
-            self.gamma2 = nn.Parameter(torch.full((C,), cfg["layer_scale_init"]))
 
         def forward(self, x):                                                # (B, 1+N, C)
             u = self.norm1(x)
@@ -149,8 +145,8 @@ def published_vision(cfg: dict):
             self.pos_embeder = nn.Module()
             self.pos_embeder.token_projection = nn.Conv2d(64, C, 1)
             self.cls_token = nn.Parameter(torch.zeros(1, 1, C))
-            self.blocks = nn.ModuleList([Block() for _ in range(cfg["depth"])])
-            self.cls_attn_blocks = nn.ModuleList([ClassAttnBlock()
+            self.blocks = nn.ModuleList([Block(Attn()) for _ in range(cfg["depth"])])
+            self.cls_attn_blocks = nn.ModuleList([ClassAttnBlock(ClassAttn())
                                                   for _ in range(cfg["num_cls_blocks"])])
             self.norm = nn.LayerNorm(C, eps=eps)
             self.head = nn.Linear(C, cfg["num_classes"])
