@@ -184,6 +184,8 @@ def _check(args) -> int:
     if err:
         return _fail(err)
     from ..exercises import grading
+    if grading.limits_note():
+        print(grading.limits_note(), file=sys.stderr)
     full = True
     for f in args.notebooks:
         path = Path(f)
@@ -323,6 +325,8 @@ def _grade(args) -> int:
             grading.read_roster(roster)
         except (ValueError, csv.Error) as e:
             return _fail(str(e))
+    if grading.limits_note():
+        print(grading.limits_note(), file=sys.stderr)
     try:
         rep = grading.grade_class(folder, out, hidden=not args.no_hidden, jobs=args.jobs,
                                   cell_timeout=args.timeout,

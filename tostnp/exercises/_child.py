@@ -7,7 +7,7 @@ reference, a solution or a score: the grading process sends cells to execute and
 make; this process answers with plain data (JSON + arrays in an .npz, no pickle) over two pipes.
 
 Before any student code runs it: sets resource limits (address space, file size, no core
-files), puts the sandbox first on sys.path (a ``tostnp`` built without the code the notebook's
+files; where ``resource`` exists), puts the sandbox first on sys.path (a ``tostnp`` built without the code the notebook's
 exercises are about), keeps references to the clock and to tracemalloc that student code
 cannot replace, and installs an audit hook (PEP 578; it cannot be removed) that refuses to
 import blocked modules (autograd, ...), to open files under the protected folders (the
@@ -18,7 +18,6 @@ process also hides the protected folders with a private mount namespace where th
 import io
 import json
 import os
-import resource
 import struct
 import sys
 import time
@@ -36,6 +35,11 @@ MAX_MESSAGE = 256 * 2**20
 
 
 def _limits(cfg):
+    try:
+        import resource
+    except ImportError:                          # Windows: no caps (the grader says so)
+        return
+
     def cap(which, soft, hard=None):
         try:
             resource.setrlimit(which, (soft, soft if hard is None else hard))
@@ -68,10 +72,12 @@ def _audit(cfg, sandbox):
     blocked = tuple(cfg.get("blocked_modules", ()))
     protected = [os.path.realpath(p) for p in cfg.get("protected", ())]
     allowed_read = [os.path.realpath(p) for p in cfg.get("allowed_read", ())] + [sandbox]
-    writable = [sandbox, "/dev/null"]
+    writable = [sandbox, os.devnull]
 
-    def under(path, roots):
-        return any(path == r or path.startswith(r.rstrip("/") + "/") for r in roots)
+    def under(path, roots):              # separator and case as the system has them (Windows)
+        path = os.path.normcase(path)
+        return any(path == os.path.normcase(r) or path.startswith(os.path.join(os.path.normcase(r), ""))
+                   for r in roots)
 
     def hook(event, args):
         if event == "import":
@@ -221,7 +227,14 @@ class Encoder:
 
 def main():
     _die_with_parent()
-    sandbox, rfd, wfd, cfg_path = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), sys.argv[4]
+    sandbox, rfd, wfd, cfg_path = sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4]
+    if rfd == "stdio":          # Windows: the pipes are stdin and stdout; off 0-2 before any code
+        rfd, wfd = os.dup(0), os.dup(1)
+        os.dup2(os.open(os.devnull, os.O_RDONLY), 0)
+        out = os.open(os.path.join(sandbox, "output.txt"), os.O_WRONLY | os.O_CREAT | os.O_APPEND)
+        os.dup2(out, 1)
+        os.dup2(out, 2)
+    rfd, wfd = int(rfd), int(wfd)
     with open(cfg_path, encoding="utf-8") as f:
         cfg = json.load(f)
     sandbox = os.path.realpath(sandbox)

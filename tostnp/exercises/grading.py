@@ -32,6 +32,7 @@ import hashlib
 import io
 import json
 import os
+import queue
 import re
 import secrets
 import select
@@ -41,6 +42,7 @@ import struct
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -55,6 +57,10 @@ from ..io.atomic import atomic_write_text
 PACKAGE = Path(__file__).resolve().parents[1]            # tostnp/
 CHILD = Path(__file__).with_name("_child.py")
 MAX_MESSAGE = 64 * 2**20            # the largest reply read from a child (checked before reading)
+# how the child's two pipes reach it: "fds" passes them as extra descriptors and waits on them
+# with select() (POSIX); "stdio" makes them its stdin and stdout and reads them on a thread
+# (Windows: no pass_fds, and select() takes sockets only)
+PIPES = "fds" if os.name == "posix" else "stdio"
 
 # modules no grading child may import (derivations are by hand; references are the grader's)
 BLOCKED_MODULES = ("autograd", "jax", "torch", "tensorflow", "sympy", "tostnp.exercises._reference",
@@ -350,6 +356,17 @@ def site_dirs() -> list[str]:
     return [d for d in dict.fromkeys(dirs) if os.path.isdir(d)]
 
 
+def limits_note() -> str | None:
+    """One line for the user where the child's memory and CPU caps cannot be set (no
+    ``resource`` module: Windows); None where they can."""
+    try:
+        import resource  # noqa: F401
+    except ImportError:
+        return ("note: this system has no `resource` module (Windows): the notebook runs "
+                "without a memory cap; the time limits still hold")
+    return None
+
+
 def real_package_dirs() -> set[Path]:
     """Every folder a real ``tostnp`` could be imported from: this one, a copy installed in
     site-packages, the target of an editable install. A child may read none of them."""
@@ -416,17 +433,23 @@ class Session:
                "preload": PRELOAD.get(stem, [])}
         (self.dir / "config.json").write_text(json.dumps(cfg))
         self.proc = None
+        self._chunks = None                # the reader thread's queue (PIPES == "stdio")
         self.replay: list[Step] = []
         self.restarts = 0
 
     # -- process ------------------------------------------------------------------------------
     def _start(self):
-        c_r, p_w = os.pipe()          # grader -> child
-        p_r, c_w = os.pipe()          # child -> grader
         env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": str(self.dir / "work"),
                "TMPDIR": str(self.dir / "tmp"), "MPLBACKEND": "Agg",
                "MPLCONFIGDIR": str(self.dir / "tmp"), "OMP_NUM_THREADS": "1",
                "OPENBLAS_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", "LANG": "C.UTF-8"}
+        if os.name != "posix":            # Windows' Python needs these to start (random numbers)
+            env.update({k: os.environ[k] for k in ("SYSTEMROOT", "WINDIR") if k in os.environ})
+        if PIPES == "stdio":
+            self._start_stdio(env)
+            return
+        c_r, p_w = os.pipe()          # grader -> child
+        p_r, c_w = os.pipe()          # child -> grader
         cmd = [sys.executable, "-S", "-E", str(self.dir / "_child.py"), str(self.dir),
                str(c_r), str(c_w), str(self.dir / "config.json")]
         hide = [p for p in self.protected if Path(p).is_dir() and not p.startswith("/proc/")
@@ -442,23 +465,58 @@ class Session:
         os.close(c_r)
         os.close(c_w)
         self.rfd, self.wfd = p_r, p_w
+        self._chunks = None
+
+    def _start_stdio(self, env):
+        """The child's stdin and stdout are the pipes (it moves them off 0 and 1 at once); a
+        thread reads its replies into a queue, which :meth:`_read` waits on with a timeout."""
+        cmd = [sys.executable, "-S", "-E", str(self.dir / "_child.py"), str(self.dir),
+               "stdio", "stdio", str(self.dir / "config.json")]
+        self.proc = subprocess.Popen(cmd, env=env, cwd=self.dir, stdin=subprocess.PIPE,
+                                     stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
+                                     start_new_session=os.name == "posix")
+        self.rfd, self.wfd = self.proc.stdout.fileno(), self.proc.stdin.fileno()
+        self._chunks, self._rest = queue.Queue(), b""
+
+        def pump(fd, chunks):         # ends at the child's end (EOF); kill() waits for it
+            while True:
+                try:
+                    chunk = os.read(fd, 1 << 20)
+                except OSError:
+                    chunk = b""
+                chunks.put(chunk)
+                if not chunk:
+                    return
+        self._pump = threading.Thread(target=pump, args=(self.rfd, self._chunks), daemon=True)
+        self._pump.start()
 
     def kill(self):
         if self.proc is None:
             return
         try:
-            os.killpg(self.proc.pid, signal.SIGKILL)
+            if hasattr(os, "killpg"):
+                os.killpg(self.proc.pid, signal.SIGKILL)     # its session: the child and all
+            else:
+                self.proc.kill()                             # Windows: TerminateProcess
         except (ProcessLookupError, PermissionError):
             pass
         try:
             self.proc.wait(timeout=10)
         except subprocess.TimeoutExpired:
             pass
-        for fd in (self.rfd, self.wfd):
-            try:
-                os.close(fd)
-            except OSError:
-                pass
+        if self._chunks is not None:       # stdio: the pipes belong to the Popen object
+            self._pump.join(timeout=10)    # done reading before its descriptor is closed
+            for f in (self.proc.stdin, self.proc.stdout):
+                try:
+                    f.close()
+                except OSError:
+                    pass
+        else:
+            for fd in (self.rfd, self.wfd):
+                try:
+                    os.close(fd)
+                except OSError:
+                    pass
         self.proc = None
 
     def close(self):
@@ -480,6 +538,8 @@ class Session:
             raise Lost(self._death()) from None
 
     def _read(self, n, until):
+        if self._chunks is not None:
+            return self._read_queued(n, until)
         buf = bytearray()
         while len(buf) < n:
             left = until - time.monotonic()
@@ -493,6 +553,25 @@ class Session:
                 raise Lost(self._death())
             buf += chunk
         return bytes(buf)
+
+    def _read_queued(self, n, until):
+        """:meth:`_read` from the reader thread's queue (stdio pipes)."""
+        buf = bytearray(self._rest)
+        while len(buf) < n:
+            left = until - time.monotonic()
+            if left <= 0:
+                self._rest = bytes(buf)
+                raise TimeoutError
+            try:
+                chunk = self._chunks.get(timeout=min(left, 1.0))
+            except queue.Empty:
+                continue
+            if not chunk:
+                self._chunks.put(b"")          # every later read sees the end too
+                raise Lost(self._death())
+            buf += chunk
+        self._rest = bytes(buf[n:])
+        return bytes(buf[:n])
 
     def _death(self) -> str:
         code = self.proc.wait(timeout=10) if self.proc else None
