@@ -250,7 +250,11 @@ def test_tssa_batch_slices_match_the_staged_reference(monkeypatch, threads, B):
         y, cache = tssa.tssa_forward(x, params, h)
         dx, grads = tssa.tssa_backward(dy, cache)
     assert sorted(s[1] for s in seen) == {4: [2, 2], 7: [2, 2, 3]}[B]
-    assert len({s[0] for s in seen}) == threads and all(s[2] == 1 and s[3] == [1] for s in seen)
+    # the first slice on the calling thread, the others on the pool's threads (a pool thread
+    # that finished its slice early may take the next one: at least 2 threads, at most `threads`)
+    idents = {s[0] for s in seen}
+    assert threading.get_ident() in idents and 2 <= len(idents) <= threads
+    assert all(s[2] == 1 and s[3] == [1] for s in seen)
     y_ref, c_ref = tssa_forward_reference(x, params, h)
     dx_ref, g_ref = tssa_backward_reference(dy, c_ref)
     assert np.abs(y - y_ref).max() <= 1e-12 * np.abs(y_ref).max()
