@@ -48,9 +48,9 @@ html, body { margin:0; height:100%; background:#f4f4f4; font-family: system-ui, 
   border-bottom:2px solid #dde4ef; padding-bottom:0.15em; }
 .slide h2 .part { color:var(--muted); font-size:0.6em; font-weight:normal; }
 .slide p, .slide li { margin:0.35em 0; }
-.slide .math { overflow-x:auto; overflow-y:hidden; max-width:100%; display:flex;
+.slide div.math { overflow-x:auto; overflow-y:hidden; max-width:100%; display:flex;
   align-items:center; gap:0.6em; }
-.slide .math > mjx-container { flex:1 1 auto; min-width:0; overflow-x:auto; overflow-y:hidden; }
+.slide div.math > mjx-container { flex:1 1 auto; min-width:0; overflow-x:auto; overflow-y:hidden; }
 .slide .eqno { order:2; color:var(--muted); font-size:0.8em; white-space:nowrap; }
 .slide .eqno a { display:none; }
 .slide figure { margin:0.4em auto; text-align:center; }
@@ -63,7 +63,8 @@ html, body { margin:0; height:100%; background:#f4f4f4; font-family: system-ui, 
 .slide a { color:var(--accent); }
 .slide .headerlink { display:none; }
 .slide pre { font-size:0.55em; overflow-x:auto; }
-.footer { position:fixed; bottom:0.4em; right:0.9em; font-size:13px; color:var(--muted); z-index:5; }
+.footer { position:fixed; bottom:0; right:0; padding:0.2em 0.9em; font-size:13px; color:var(--muted);
+  background:rgba(255,255,255,0.92); z-index:5; }
 .footer a { color:var(--muted); margin-left:0.8em; }
 .footer button { font-size:13px; margin-left:0.4em; }
 @media print {
