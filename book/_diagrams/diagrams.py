@@ -182,7 +182,7 @@ def causal_state():
         _arrow(ax, (x, 0.35), (x, 0.17))
         if t < T - 1:
             _arrow(ax, (x + 0.065, 0.45), (x + 0.125, 0.45), color=_GREEN, style="-|>")
-    ax.text(0.5, 0.63, "state = $h\\times p$ sums per statistic: the same size at every $t$",
+    ax.text(0.5, 0.63, "state: $S^1, S^2$ ($h\\times p$ each), $S^3$ ($h$): the same size at every $t$",
             ha="center", fontsize=11, color=_GREEN)
     ax = axes[1]
     t = np.array([64, 256, 1024, 4096, 16384])
