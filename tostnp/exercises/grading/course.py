@@ -197,6 +197,7 @@ def grade_class(folder: Path, out: Path, *, hidden: bool = True, jobs: int = 2,
         res = _zero_result(r["notebook"], r["reason"], f"not graded: {r['reason']}")
         res.update(student=r["student"], file=r["file"], sha256="", status="refused",
                    isolation="")
+        atomic_write_text(_result_path(out, r["student"], r["notebook"]), json.dumps(res, indent=1))
         done[(r["student"], r["notebook"])] = res
         log(f"  refused {r['student']:<20} {r['notebook']:<22} {r['reason']}")
     for student, path in subs:
