@@ -58,16 +58,16 @@ def bwrap_command(argv: list[str], *, read_only: list[str], hidden: list[str], s
     exe = exe or _bwrap_exe() or BWRAP
     cmd = [exe, "--unshare-all", "--die-with-parent", "--new-session", "--cap-drop", "ALL",
            "--hostname", "grading"]
-    if os.geteuid() == 0:                    # root: the child is nobody in its own namespace
-        cmd += ["--unshare-user", "--uid", "65534", "--gid", "65534"]
+    cmd += ["--unshare-user"]                # its own user namespace (root: as nobody in it)
+    cmd += ["--uid", "65534", "--gid", "65534"] if os.geteuid() == 0 else []
     cmd += ["--disable-userns"] if _supports("--disable-userns") else []
     cmd += _system_binds() + ["--dev", "/dev"]
     for p in dict.fromkeys(read_only):
         cmd += ["--ro-bind", p, p]
     for p in hidden:
         cmd += ["--tmpfs", p, "--remount-ro", p]
-    cmd += ["--size", str(256 * 2**20), "--tmpfs", "/tmp",
-            "--size", str(256 * 2**20), "--tmpfs", INSIDE,
+    size = ["--size", str(256 * 2**20)] if _supports("--size") else []   # bwrap >= 0.5
+    cmd += [*size, "--tmpfs", "/tmp", *size, "--tmpfs", INSIDE,
             "--ro-bind", sandbox, f"{INSIDE}/ro", "--dir", f"{INSIDE}/work",
             "--chdir", f"{INSIDE}/work", "--"]
     return cmd + list(argv)

@@ -73,7 +73,7 @@ class Session:
             self.out = os.memfd_create("tostnp-grade-output", os.MFD_CLOEXEC)
         except (AttributeError, OSError):
             self.out = os.dup(tempfile.TemporaryFile().fileno())
-        self.proc = None
+        self.proc, self._ro = None, None
         self.meter: iso.Meter | None = None
         self.replay: list[Step] = []
         self.restarts = 0
@@ -83,9 +83,9 @@ class Session:
     def _write_ro(self) -> Path:
         """The read-only part of the child's folder, written afresh: stand-in package, child
         program, configuration."""
-        ro = self.dir / f"ro{self.starts}"
-        shutil.rmtree(self.dir / f"ro{self.starts - 1}", ignore_errors=True)
-        ro.mkdir()
+        if self._ro is not None:
+            shutil.rmtree(self._ro, ignore_errors=True)
+        ro = self._ro = Path(tempfile.mkdtemp(prefix="ro", dir=self.dir))   # a name not guessed
         build_sandbox(self.package, ro)
         shutil.copyfile(CHILD, ro / "_child.py")
         boxed = self.isolation == iso.BWRAP
