@@ -136,22 +136,29 @@ def limits(memory_bytes: int, cpu_seconds: int, file_bytes: int):
 # --------------------------------------------------------------------------------------------
 # the child's process tree, read from the grading side
 # --------------------------------------------------------------------------------------------
+def children(pid: int) -> list[int]:
+    """The child processes of ``pid`` (Linux ``/proc``; empty where there is none)."""
+    out = []
+    try:
+        tasks = os.listdir(f"/proc/{pid}/task")
+    except OSError:
+        return out
+    for t in tasks:
+        try:
+            with open(f"/proc/{pid}/task/{t}/children", encoding="ascii") as f:
+                out += [int(c) for c in f.read().split()]
+        except (OSError, ValueError):
+            pass
+    return out
+
+
 def tree(pid: int) -> list[int]:
-    """``pid`` and its descendants (Linux ``/proc``; empty where there is none)."""
+    """``pid`` and its descendants."""
     out, todo = [], [pid]
     while todo:
         p = todo.pop()
         out.append(p)
-        try:
-            tasks = os.listdir(f"/proc/{p}/task")
-        except OSError:
-            continue
-        for t in tasks:
-            try:
-                with open(f"/proc/{p}/task/{t}/children", encoding="ascii") as f:
-                    todo += [int(c) for c in f.read().split()]
-            except (OSError, ValueError):
-                pass
+        todo += children(p)
     return out
 
 
