@@ -116,7 +116,9 @@ def _forgeries(root: Path) -> dict:
               f"    open({str(root / 'python_escape')!r}, 'w').write('x')\n"
               "except OSError:\n"
               "    pass\n"
-              "if libc.fork() == 0:\n"
+              "_pid = libc.fork()\n"
+              "print('FORK', _pid)\n"
+              "if _pid == 0:\n"
               "    libc.setsid()\n"
               "    if libc.fork() == 0:\n"
               f"        libc.prctl(15, b'{TOKEN}', 0, 0, 0)\n"
@@ -272,6 +274,7 @@ def test_nothing_written_or_left_running_outside_the_sandbox(hostile):
     assert not leftover, leftover
     if mode == iso.BWRAP:
         assert not (root / "native_escape").exists()
+        assert "FORK -1" in _result(root, "native")["output_tail"]      # no new process at all
         assert "SPY SAW 0" in _result(root, "spy")["output_tail"]
         salt = (root / "out" / "salt.txt").read_text().strip()
         assert salt not in _result(root, "reader")["output_tail"]

@@ -7,7 +7,8 @@
   and the stand-in package read-only, the blocked packages hidden, a private empty ``/tmp`` and
   work folder (memory, gone with the sandbox), no other file of the machine (no repository, no
   submissions, no grades, no home), no network, its own PID, IPC, UTS and user namespaces (all
-  of its processes end with it), a new session, no capabilities, no new privileges.
+  of its processes end with it), a new session, no capabilities, no new privileges, and no new
+  processes (:func:`seccomp_program`: threads only).
 * :func:`limits` sets the memory, CPU-time and file-size limits in the process that becomes
   the child, before ``exec`` (they hold for everything it starts).
 * :class:`Meter` reads the child's CPU time (its process CPU clock, with the CPU of every other
@@ -49,8 +50,55 @@ def _system_binds() -> list[str]:
     return out
 
 
+# --------------------------------------------------------------------------------------------
+# no new processes: a seccomp filter (classic BPF) that refuses fork, vfork and clone without
+# CLONE_THREAD (threads stay allowed: BLAS, Python threads), and clone3 with ENOSYS (so that the C
+# library falls back to clone, where the flags can be read). Python code is refused the same by
+# the audit hook; this stops native code (ctypes system(), fork + setsid, a fork bomb).
+# --------------------------------------------------------------------------------------------
+_ARCH = {"x86_64": (0xC000003E, {"fork": 57, "vfork": 58, "clone": 56, "clone3": 435}),
+         "aarch64": (0xC00000B7, {"clone": 220, "clone3": 435})}
+_ALLOW, _EPERM, _ENOSYS = 0x7FFF0000, 0x00050001, 0x00050026
+_KILL = 0x80000000                               # SECCOMP_RET_KILL_PROCESS
+
+
+def seccomp_program() -> bytes | None:
+    """The filter for this machine's architecture (x86-64, arm64), or None elsewhere."""
+    import platform
+    import struct
+    arch = _ARCH.get(platform.machine())
+    if arch is None:
+        return None
+    audit, nr = arch
+    LD, JEQ, JSET, RET = 0x20, 0x15, 0x45, 0x06  # BPF_LD|W|ABS, BPF_JMP|JEQ|K, JSET|K, RET|K
+    prog = [(LD, 0, 0, 4), (JEQ, 1, 0, audit), (RET, 0, 0, _KILL),   # another ABI: killed
+            (LD, 0, 0, 0)]
+    if "fork" in nr:                             # x32 calls (nr | 0x40000000): refused
+        prog += [(JSET, 0, 1, 0x40000000), (RET, 0, 0, _EPERM)]
+    for name in ("fork", "vfork"):
+        if name in nr:
+            prog += [(JEQ, 0, 1, nr[name]), (RET, 0, 0, _EPERM)]
+    prog += [(JEQ, 0, 1, nr["clone3"]), (RET, 0, 0, _ENOSYS),
+             (JEQ, 0, 3, nr["clone"]), (LD, 0, 0, 16),              # clone: its flags
+             (JSET, 1, 0, 0x00010000), (RET, 0, 0, _EPERM),         # CLONE_THREAD or refused
+             (RET, 0, 0, _ALLOW)]
+    return b"".join(struct.pack("=HBBI", *ins) for ins in prog)
+
+
+def program_fd(data: bytes) -> int:
+    """A file descriptor to read ``data`` from (for bwrap's --seccomp), positioned at its start."""
+    try:
+        fd = os.memfd_create("tostnp-seccomp", 0)
+    except (AttributeError, OSError):
+        import tempfile
+        fd = os.dup(tempfile.TemporaryFile().fileno())
+    os.write(fd, data)
+    os.lseek(fd, 0, os.SEEK_SET)
+    return fd
+
+
 def bwrap_command(argv: list[str], *, read_only: list[str], hidden: list[str], sandbox: str,
-                  exe: str | None = None) -> list[str]:
+                  exe: str | None = None, seccomp_fd: int | None = None) -> list[str]:
     """``argv`` run inside bwrap: ``read_only`` folders bound read-only at their own paths,
     ``hidden`` folders (under them) replaced by empty read-only ones, ``sandbox`` (the grader's
     read-only folder of the stand-in package) at :data:`INSIDE`/ro, an empty work folder and
@@ -61,6 +109,7 @@ def bwrap_command(argv: list[str], *, read_only: list[str], hidden: list[str], s
     cmd += ["--unshare-user"]                # its own user namespace (root: as nobody in it)
     cmd += ["--uid", "65534", "--gid", "65534"] if os.geteuid() == 0 else []
     cmd += ["--disable-userns"] if _supports("--disable-userns") else []
+    cmd += ["--seccomp", str(seccomp_fd)] if seccomp_fd is not None else []
     cmd += _system_binds() + ["--dev", "/dev"]
     for p in dict.fromkeys(read_only):
         cmd += ["--ro-bind", p, p]
@@ -96,12 +145,20 @@ def available() -> str:
         exe = _bwrap_exe()
         if exe:
             real = os.path.realpath(sys.executable)
-            cmd = bwrap_command([real, "-S", "-E", "-c", "pass"], read_only=_python_dirs(),
-                                hidden=[], sandbox=os.path.dirname(real), exe=exe)
+            prog = seccomp_program()
+            fd = program_fd(prog) if prog else None
+            cmd = bwrap_command([real, "-S", "-E", "-c", "import threading; t = threading."
+                                 "Thread(target=print); t.start(); t.join()"],
+                                read_only=_python_dirs(), hidden=[],
+                                sandbox=os.path.dirname(real), exe=exe, seccomp_fd=fd)
             try:
-                ok = subprocess.run(cmd, capture_output=True, timeout=30).returncode == 0
+                ok = subprocess.run(cmd, capture_output=True, timeout=30,
+                                    pass_fds=() if fd is None else (fd,)).returncode == 0
             except (OSError, subprocess.SubprocessError):
                 ok = False
+            finally:
+                if fd is not None:
+                    os.close(fd)
         available.result = BWRAP if ok else NONE
     return available.result
 

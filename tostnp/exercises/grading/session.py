@@ -74,6 +74,8 @@ class Session:
         except (AttributeError, OSError):
             self.out = os.dup(tempfile.TemporaryFile().fileno())
         self.proc, self._ro = None, None
+        prog = iso.seccomp_program() if self.isolation == iso.BWRAP else None
+        self.seccomp = iso.program_fd(prog) if prog else None
         self.meter: iso.Meter | None = None
         self.replay: list[Step] = []
         self.restarts = 0
@@ -120,7 +122,10 @@ class Session:
                   if os.path.isdir(os.path.join(sp, m))]
         hidden += [p for p in self.protected if os.path.isdir(p) and under(p)
                    and not p.startswith("/proc/")]
-        return iso.bwrap_command(argv, read_only=roots, hidden=hidden, sandbox=str(ro))
+        if self.seccomp is not None:
+            os.lseek(self.seccomp, 0, os.SEEK_SET)
+        return iso.bwrap_command(argv, read_only=roots, hidden=hidden, sandbox=str(ro),
+                                 seccomp_fd=self.seccomp)
 
     def _start(self):
         ro = self._write_ro()
@@ -139,7 +144,8 @@ class Session:
         self._before = set(iso.children(os.getpid()))
         try:
             self.proc = subprocess.Popen(
-                self._command(ro, c_r, c_w), pass_fds=(c_r, c_w, self.out), env=env,
+                self._command(ro, c_r, c_w), env=env,
+                pass_fds=tuple(fd for fd in (c_r, c_w, self.out, self.seccomp) if fd is not None),
                 cwd=self.dir, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
                 stderr=subprocess.DEVNULL, start_new_session=True,
                 preexec_fn=iso.limits(mem, cpu, 64 * 2**20))
@@ -190,10 +196,11 @@ class Session:
 
     def close(self):
         self.kill()
-        try:
-            os.close(self.out)
-        except OSError:
-            pass
+        for fd in (self.out, self.seccomp):
+            try:
+                os.close(fd)
+            except (OSError, TypeError):
+                pass
         shutil.rmtree(self.dir, ignore_errors=True)
 
     def output_tail(self, n: int = 2000) -> str:
