@@ -5,7 +5,8 @@ from __future__ import annotations
 import numpy as np
 
 from ._core import FigureData
-from ._core import Fail, call_student, case, compare, run_cases, run_specs
+from ._core import Fail, call_student, case, run_cases, run_specs
+from ._compare import compare
 
 _FORBID = ("tostnp.nn.layers", "tostnp.train.optim")
 TARGET_ACCURACY = 0.85
