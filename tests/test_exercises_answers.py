@@ -81,3 +81,26 @@ def test_honest_answers_in_other_forms_get_full_marks(monkeypatch):
     for check, fn in honest:
         score, hint = _score(check, fn, monkeypatch)
         assert score == getattr(check, "points", 1.0), hint
+
+
+def test_in_a_notebook_the_hint_comes_without_the_checkers_traceback(tmp_path, monkeypatch):
+    """A failed check shows its score line, then the hint alone (no frames of _core.py)."""
+    import os
+    import sys
+    pytest.importorskip("nbclient")
+    import nbformat
+    monkeypatch.setenv("PATH", os.path.dirname(sys.executable) + os.pathsep + os.environ["PATH"])
+    nb = nbformat.v4.new_notebook()
+    nb.cells = [nbformat.v4.new_code_cell(
+        "import numpy as np\nfrom tostnp.exercises import check_tight_basis\n"
+        "def tight_basis(Z, Pi):\n    return np.stack([np.eye(Z.shape[1])] * Pi.shape[1])\n"
+        "check_tight_basis(tight_basis)")]
+    nb, _ = nbk.execute(nb, tmp_path)
+    outs = nb.cells[0].outputs
+    kinds = [o["output_type"] for o in outs]
+    assert kinds.index("stream") < kinds.index("error")
+    assert "SCORE tight_basis" in next(o["text"] for o in outs if o["output_type"] == "stream")
+    err = next(o for o in outs if o["output_type"] == "error")
+    assert err["ename"] == "Fail" and "which basis makes a symmetric matrix diagonal" in err["evalue"]
+    shown = "\n".join(err["traceback"])
+    assert "_core.py" not in shown and len(err["traceback"]) == 1, shown

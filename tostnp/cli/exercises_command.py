@@ -164,18 +164,24 @@ def _start(args) -> int:
 # --------------------------------------------------------------------------------------------
 # check
 # --------------------------------------------------------------------------------------------
-def _report(path, results, out=None) -> tuple[float, float]:
+def _report(path, results, out=None, width=None) -> tuple[float, float]:
+    """One table: exercise, score, and PASS or the whole hint, wrapped under its column."""
+    import textwrap
     out = out or sys.stdout
+    width = width or min(max(shutil.get_terminal_size((100, 24)).columns, 60), 120)
     print(f"{path}", file=out)
     total = maxi = 0.0
-    width = max([len(n) for n in results] + [5])
+    name_w = max([len(n) for n in results] + [5])
     for name, r in results.items():
         total += r["score"]
         maxi += r["points"]
-        mark = "PASS" if r["score"] == r["points"] else (r["hint"].splitlines()[0][:160]
-                                                        if r["hint"] else "")
-        print(f"  {name:<{width}}  {r['score']:5.2f} / {r['points']:g}  {mark}", file=out)
-    print(f"  {'total':<{width}}  {total:5.2f} / {maxi:g}", file=out)
+        mark = "PASS" if r["score"] == r["points"] else " ".join((r["hint"] or "").split())
+        head = f"  {name:<{name_w}}  {r['score']:5.2f} / {r['points']:g}  "
+        lines = textwrap.wrap(mark, max(width - len(head), 30)) or [""]
+        print(head + lines[0], file=out)
+        for line in lines[1:]:
+            print(" " * len(head) + line, file=out)              # under the hint column
+    print(f"  {'total':<{name_w}}  {total:5.2f} / {maxi:g}", file=out)
     return total, maxi
 
 

@@ -333,6 +333,22 @@ def measure(fn, *args, repeats: int = 1, trace_memory: bool = False, what="your 
 # --------------------------------------------------------------------------------------------
 # running an exercise: cases, partial credit, the pass line and the record
 # --------------------------------------------------------------------------------------------
+def hints_without_traceback() -> None:
+    """In a notebook (an IPython kernel), show a failed check as its hint alone: the traceback
+    through the checker's own code tells the student nothing (called when
+    :mod:`tostnp.exercises` is imported)."""
+    ipython = sys.modules.get("IPython")
+    shell = ipython.get_ipython() if ipython is not None else None
+    if shell is None:
+        return
+
+    def show(self, etype, value, tb, tb_offset=None):
+        stb = [f"{etype.__name__}: {value}"]
+        self._showtraceback(etype, value, stb)       # IPython leaves the showing to the handler
+        return stb
+    shell.set_custom_exc((Fail, Delegated, NotWritten, RuleBroken, Aborted), show)
+
+
 def hidden_enabled(hidden) -> bool:
     if hidden is None:
         return os.environ.get(HIDDEN_ENV, "") not in ("", "0")
@@ -353,6 +369,13 @@ def _record(name: str, score: float, points: float, passed: int, total: int, hin
         f.write(line + "\n")
 
 
+def say(line: str) -> None:
+    """A score line, printed in a notebook; the grading process (``exercises check`` and
+    ``grade``) prints one table of its records instead."""
+    if GRADING.sink is None:
+        print(line)
+
+
 def run_cases(name: str, cases, *, points: float = 1.0) -> float:
     """Run ``cases`` (a list of (label, thunk)); print the pass line or raise the first hint.
 
@@ -365,7 +388,7 @@ def run_cases(name: str, cases, *, points: float = 1.0) -> float:
             passed += 1
         except (Delegated, NotWritten, Aborted, RuleBroken) as e:
             _record(name, 0.0, points, 0, len(cases), str(e))
-            print(f"SCORE {name}: 0/{points:g}")
+            say(f"SCORE {name}: 0/{points:g}")
             raise type(e)(f"{name}: {e}") from None
         except Fail as e:
             if first is None:
@@ -373,9 +396,9 @@ def run_cases(name: str, cases, *, points: float = 1.0) -> float:
     score = points * passed / len(cases)
     _record(name, score, points, passed, len(cases), first or "")
     if first is not None:
-        print(f"SCORE {name}: {score:.2f}/{points:g} ({passed} of {len(cases)} cases pass)")
+        say(f"SCORE {name}: {score:.2f}/{points:g} ({passed} of {len(cases)} cases pass)")
         raise Fail(f"{name}, {first}")
-    print(f"PASS  {name}: all {len(cases)} cases ({points:g}/{points:g})")
+    say(f"PASS  {name}: all {len(cases)} cases ({points:g}/{points:g})")
     return score
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 
 from ._core import FigureData
-from ._core import Fail, call_student, case, run_cases, run_specs
+from ._core import Fail, call_student, case, run_cases, run_specs, say
 from ._compare import compare
 
 _FORBID = ("tostnp.nn.layers", "tostnp.train.optim")
@@ -100,7 +100,7 @@ def check_digits_training(fn, hidden=None):
         _, _, X_test, y_test = load_digits_split(seed=0)
         acc = float(np.mean(np.asarray(vision_predict(params, X_test.astype(
             np.asarray(next(iter(params.values()))).dtype), digits_config())) == y_test))
-        print(f"  test accuracy {acc:.3f} (target {TARGET_ACCURACY})")
+        say(f"  test accuracy {acc:.3f} (target {TARGET_ACCURACY})")
         if acc < TARGET_ACCURACY:
             raise Fail(f"test accuracy {acc:.3f} is below {TARGET_ACCURACY}: does the training "
                        "loss fall? (the sign of the update, the learning rate, every parameter "
