@@ -33,7 +33,7 @@ def test_student_edition_has_no_solutions(tmp_path, capsys):
     assert top == sorted(["README.md", "run.py", "requirements.txt", "pyproject.toml"]
                          + [f"exercises/{s}.md" for s in stems]
                          + [f"exercises/{s}.ipynb" for s in stems])
-    assert "tostnp/exercises/grading.py" in files and "tostnp/__main__.py" in files
+    assert "tostnp/exercises/grading/__init__.py" in files and "tostnp/__main__.py" in files
     for p in nbk.notebooks():                                    # the tracked notebook, unchanged
         assert (out / "exercises" / p.name).read_bytes() == p.read_bytes()
         ipynb = nbk.read(out / "exercises" / (p.stem + ".ipynb"))

@@ -1,0 +1,201 @@
+"""Reports of a graded class: the grades CSV, a feedback page per student, the written answers
+per question for manual marking (merged back once marked), and gradebook files for Canvas and
+Moodle."""
+from __future__ import annotations
+
+import csv
+import io
+import re
+from pathlib import Path
+
+from .. import notebook as nbk
+from ...io.atomic import atomic_write_text
+
+
+def _safe(name: str) -> str:
+    return re.sub(r"[^A-Za-z0-9_.-]+", "_", name) or "_"
+
+
+RUBRIC = [("full", 1.0, "correct and complete"), ("partial", 0.5, "partly right, or right "
+                                                                    "with a gap in the reasoning"),
+          ("none", 0.0, "missing, or wrong")]
+WRITTEN_FIELDS = ["student", "notebook", "question", "answer", "max_points", "level", "score",
+                  "comment"]
+
+
+def _written_marks(out: Path, stem: str) -> dict:
+    """{(student, question): {"level", "score", "comment", "answer"}} already entered by hand."""
+    f = out / "written" / f"{stem}.csv"
+    if not f.exists():
+        return {}
+    with open(f, newline="", encoding="utf-8") as fh:
+        return {(r["student"], int(r["question"])): r for r in csv.DictReader(fh)}
+
+
+def written_score(row: dict, max_points: float = 1.0) -> float | None:
+    """The points of a marked answer: a number in ``score``, else the rubric ``level``."""
+    s = (row.get("score") or "").strip()
+    if s:
+        try:
+            v = float(s)
+        except ValueError:
+            raise ValueError(f"written mark for {row.get('student')} question {row.get('question')}: "
+                             f"score {s!r} is not a number") from None
+        if not 0 <= v <= max_points:
+            raise ValueError(f"written mark for {row.get('student')} question "
+                             f"{row.get('question')}: score {v:g} outside 0..{max_points:g}")
+        return v
+    lvl = (row.get("level") or "").strip().lower()
+    for name, frac, _ in RUBRIC:
+        if lvl == name:
+            return frac * max_points
+    if lvl:
+        raise ValueError(f"written mark for {row.get('student')} question {row.get('question')}: "
+                         f"level {lvl!r} is not one of {[r[0] for r in RUBRIC]}")
+    return None
+
+
+def _write_csv(path: Path, fields, rows):
+    buf = io.StringIO()
+    w = csv.DictWriter(buf, fieldnames=fields, restval="", lineterminator="\n")
+    w.writeheader()
+    w.writerows(rows)
+    atomic_write_text(path, buf.getvalue())
+
+
+def write_reports(out: Path, done: dict, roster_rows: list[dict], csv_path=None) -> dict:
+    out = Path(out)
+    stems = sorted({stem for (_, stem) in done})
+    students = sorted({s for (s, _) in done} | {r["student"] for r in roster_rows})
+    info = {r["student"]: r for r in roster_rows}
+    # written answers: export per notebook, keeping the marks already entered
+    marks = {}
+    for stem in stems:
+        old = _written_marks(out, stem)
+        rows = []
+        for (student, st), r in sorted(done.items()):
+            if st != stem:
+                continue
+            for q, ans in enumerate(r.get("answers", []), start=1):
+                prev = old.get((student, q), {})
+                keep = prev if prev.get("answer", "").strip() == ans.strip() else {}
+                rows.append({"student": student, "notebook": stem, "question": q,
+                             "answer": ans.strip(), "max_points": 1,
+                             "level": keep.get("level", "") if ans.strip() else "none",
+                             "score": keep.get("score", "") if ans.strip() else "0",
+                             "comment": keep.get("comment", "") if ans.strip() else
+                             "no answer"})
+                marks[(student, stem, q)] = written_score(rows[-1])
+        (out / "written").mkdir(parents=True, exist_ok=True)
+        _write_csv(out / "written" / f"{stem}.csv", WRITTEN_FIELDS, rows)
+        qs = next((r.get("questions", []) for (s, st), r in done.items() if st == stem), [])
+        rub = [f"# Written questions of {stem}: rubric", "",
+               "Mark each row of `" + f"{stem}.csv" + "`: put a rubric level in `level` (or a "
+               "number of points in `score`, which wins) and a comment; run the same `grade` "
+               "command again to merge the marks into the grades and the feedback pages.", "",
+               "| level | points | meaning |", "|---|---|---|"]
+        rub += [f"| {n} | {f:g} x max_points | {m} |" for n, f, m in RUBRIC]
+        for i, q in enumerate(qs, start=1):
+            rub += ["", f"## Question {i}", "", q]
+        atomic_write_text(out / "written" / f"{stem}-rubric.md", "\n".join(rub) + "\n")
+    # grades: a row per student and notebook, submitted or not
+    all_ex = {stem: next(list(r["exercises"]) for (s, st), r in done.items() if st == stem)
+              for stem in stems}
+    rows = []
+    for student in students:
+        for stem in stems:
+            r = done.get((student, stem))
+            row = {"student": student, "notebook": stem,
+                   "status": "graded" if r else "missing"}
+            auto = mx = 0.0
+            for name in all_ex[stem]:
+                e = r["exercises"].get(name) if r else None
+                row[name] = round(e["score"], 4) if e else 0.0
+                auto += e["score"] if e else 0.0
+                mx += e["points"] if e else nbk.points_of(name)
+            nq = len(r.get("questions", [])) if r else len(
+                next(rr.get("questions", []) for (s, st), rr in done.items() if st == stem))
+            got = [marks.get((student, stem, q)) for q in range(1, nq + 1)] if r else [0.0] * nq
+            row["exercises_total"] = round(auto, 4)
+            row["written_marked"] = f"{sum(g is not None for g in got)}/{nq}"
+            written = sum(g for g in got if g is not None)
+            row["written_total"] = round(written, 4)
+            row["total"] = round(auto + written, 4)
+            row["max_score"] = mx + nq
+            row["percent"] = round(100 * (auto + written) / (mx + nq), 1) if mx + nq else 0.0
+            rows.append(row)
+    fields = ["student", "notebook", "status"]
+    for stem in stems:
+        fields += [n for n in all_ex[stem] if n not in fields]
+    fields += ["exercises_total", "written_marked", "written_total", "total", "max_score",
+               "percent"]
+    csv_path = Path(csv_path) if csv_path else out / "grades.csv"
+    _write_csv(csv_path, fields, rows)
+    _write_feedback(out, done, rows, students, stems, marks, info)
+    _write_exports(out, rows, students, stems, info)
+    return {"rows": rows, "csv": csv_path, "students": students, "notebooks": stems}
+
+
+def _md_cell(text: str) -> str:
+    return (text or "").replace("|", "\\|").replace("\n", " ")
+
+
+def _write_feedback(out, done, rows, students, stems, marks, info):
+    fb = out / "feedback"
+    fb.mkdir(parents=True, exist_ok=True)
+    by = {(r["student"], r["notebook"]): r for r in rows}
+    for student in students:
+        name = info.get(student, {}).get("name") or student
+        lines = [f"# Feedback: {name}", ""]
+        for stem in stems:
+            row = by[(student, stem)]
+            r = done.get((student, stem))
+            lines += [f"## {stem}: {row['total']:g} / {row['max_score']:g} ({row['percent']:g} %)", ""]
+            if r is None:
+                lines += ["No submission was received for this notebook: every exercise scores 0.",
+                          ""]
+                continue
+            lines += ["| exercise | score | feedback |", "|---|---|---|"]
+            for ex, e in r["exercises"].items():
+                if e["score"] == e["points"]:
+                    msg = "PASS"
+                elif e["score"] == 0:
+                    msg = "0 points: " + _md_cell(e["hint"] or "no case passed")
+                else:
+                    msg = (f"{e['passed']} of {e['cases']} cases pass; first failure: "
+                           + _md_cell(e["hint"]))
+                lines.append(f"| {ex} | {e['score']:.2f} / {e['points']:g} | {msg} |")
+            lines.append("")
+            if r.get("notes"):
+                lines += ["Notes from running your notebook:", ""]
+                lines += [f"- {n}" for n in r["notes"]] + [""]
+            old = _written_marks(out, stem)
+            for q, ans in enumerate(r.get("answers", []), start=1):
+                m = marks.get((student, stem, q))
+                com = old.get((student, q), {}).get("comment", "")
+                lines.append(f"Written question {q}: " + (
+                    "not marked yet" if m is None else f"{m:g} / 1") + (f" ({com})" if com else ""))
+            lines.append("")
+        atomic_write_text(fb / f"{_safe(student)}.md", "\n".join(lines))
+
+
+def _write_exports(out, rows, students, stems, info):
+    by = {(r["student"], r["notebook"]): r for r in rows}
+    canvas_fields = ["Student", "ID", "SIS User ID", "SIS Login ID", "Section"] + \
+        [f"Exercises {s}" for s in stems]
+    canvas = [{"Student": "    Points Possible", **{f"Exercises {s}": by[(students[0], s)][
+        "max_score"] for s in stems}}] if students else []
+    moodle_fields = ["Email address", "ID number", "Username", "Full name"] + \
+        [f"Exercises {s}" for s in stems]
+    moodle = []
+    for st in students:
+        i = info.get(st, {})
+        canvas.append({"Student": i.get("name") or st, "ID": i.get("id", ""),
+                       "SIS User ID": i.get("sis_id", ""), "SIS Login ID": i.get("login", st),
+                       "Section": i.get("section", ""),
+                       **{f"Exercises {s}": by[(st, s)]["total"] for s in stems}})
+        moodle.append({"Email address": i.get("email", ""), "ID number": i.get("id_number", ""),
+                       "Username": i.get("login", st), "Full name": i.get("name") or st,
+                       **{f"Exercises {s}": by[(st, s)]["total"] for s in stems}})
+    _write_csv(out / "canvas.csv", canvas_fields, canvas)
+    _write_csv(out / "moodle.csv", moodle_fields, moodle)
