@@ -104,3 +104,25 @@ def test_in_a_notebook_the_hint_comes_without_the_checkers_traceback(tmp_path, m
     assert err["ename"] == "Fail" and "which basis makes a symmetric matrix diagonal" in err["evalue"]
     shown = "\n".join(err["traceback"])
     assert "_core.py" not in shown and len(err["traceback"]) == 1, shown
+
+
+def test_float32_plot_gets_full_marks_and_bugs_still_fail(monkeypatch):
+    """9.4 allows float32 pixels: rounding to float32 is not a mistake, a layout slip is."""
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    def maps(order="C", dtype=np.float32, vmax=1.0):
+        def membership_maps(Pi, grid):
+            fig, axes = plt.subplots(1, Pi.shape[0], squeeze=False)
+            for k, ax in enumerate(axes[0]):
+                ax.imshow(Pi[k].astype(dtype).reshape(grid, grid, order=order), vmin=0.0,
+                          vmax=vmax)
+            return fig
+        return membership_maps
+    assert _score(exercises.check_membership_maps, maps(), monkeypatch)[0] == 1.0
+    assert _score(exercises.check_membership_maps, maps(dtype=np.float64), monkeypatch)[0] == 1.0
+    score, hint = _score(exercises.check_membership_maps, maps(order="F"), monkeypatch)
+    assert score < 1.0 and "row by row" in hint
+    score, hint = _score(exercises.check_membership_maps, maps(dtype=np.float16), monkeypatch)
+    assert score < 1.0
