@@ -30,7 +30,8 @@ def test_student_edition_has_no_solutions(tmp_path, capsys):
     files = sorted(p.relative_to(out).as_posix() for p in out.rglob("*") if p.is_file())
     stems = [p.stem for p in nbk.notebooks()]
     top = sorted(f for f in files if not f.startswith("tostnp/"))
-    assert top == sorted(["README.md", "run.py", "requirements.txt", "pyproject.toml"]
+    assert top == sorted(["README.md", "run.py", "requirements.txt", "pyproject.toml",
+                          "requirements-exercises.txt"]
                          + [f"exercises/{s}.md" for s in stems]
                          + [f"exercises/{s}.ipynb" for s in stems])
     assert "tostnp/exercises/grading/__init__.py" in files and "tostnp/__main__.py" in files

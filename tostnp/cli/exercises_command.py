@@ -47,6 +47,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     s = sub.add_parser("start", help="copy the notebooks to my-exercises/ and start JupyterLab")
     s.add_argument("--dir", default=str(MY_DIR), help=f"your working folder [{MY_DIR.name}]")
     s.add_argument("--no-lab", action="store_true", help="only copy and configure; do not start")
+    s.add_argument("--no-browser", action="store_true",
+                   help="start JupyterLab without opening a browser: open the address it prints")
     s.add_argument("lab_args", nargs=argparse.REMAINDER,
                    help="passed to jupyter lab (e.g. -- --no-browser --port 8890)")
     c = sub.add_parser("check", help="execute notebooks and print the score of each exercise")
@@ -150,7 +152,8 @@ def _start(args) -> int:
         "exercises", "check", os.path.relpath(workdir / (copied or kept or ['NN_name.md'])[0])))
     if args.no_lab:
         return 0
-    cmd, env = lab_command(workdir, args.lab_args)
+    cmd, env = lab_command(workdir, list(args.lab_args)
+                           + (["--no-browser"] if args.no_browser else []))
     print("starting JupyterLab (Ctrl-C to stop):", " ".join(cmd[2:]), flush=True)
     if os.name == "posix":
         # become JupyterLab (same pid): stopping this command stops the server, no orphan
@@ -242,17 +245,24 @@ def solved_notebook(path: Path):
     return nb
 
 
-# what an edition holds besides the notebooks: enough to start, check (and grade) with it alone
-_EDITION_FILES = ["run.py", "requirements.txt", "pyproject.toml"]
+def edition_files() -> list[str]:
+    """What an edition holds besides the notebooks, enough to start, check (and grade) with it
+    alone: run.py, pyproject.toml and every requirements file run.py installs for
+    ``exercises`` (asked of run.py itself, so that its includes are followed)."""
+    import importlib.util
+    spec = importlib.util.spec_from_file_location("_tostnp_run_py", nbk.ROOT / "run.py")
+    run_py = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(run_py)
+    return ["run.py", "pyproject.toml"] + run_py.included(run_py.STACKS["exercises"])
 
 
 def build(out: Path, instructor: bool) -> list[Path]:
     """Write an edition into ``out``; returns the files written.
 
     Both editions: README.md (the student guide, exercises/STUDENT.md), exercises/NN_name.md and
-    .ipynb, the tostnp package (the checkers run on it), run.py, requirements.txt and
-    pyproject.toml, so that ``python3 run.py exercises start`` and ``... check`` work in the
-    edition alone. The instructor edition adds exercises/instructor/ (the solutions, the planted
+    .ipynb, the tostnp package (the checkers run on it), run.py, pyproject.toml and the
+    requirements files run.py installs for ``exercises`` (:func:`edition_files`), so that
+    ``python3 run.py exercises start`` and ``... check`` work in the edition alone. The instructor edition adds exercises/instructor/ (the solutions, the planted
     bugs, the instructor guide) and solutions/ (solved notebooks with the hidden tests)."""
     out.mkdir(parents=True, exist_ok=True)
     written = []
@@ -264,7 +274,7 @@ def build(out: Path, instructor: bool) -> list[Path]:
         written += [ex / src.name, ex / (src.stem + ".ipynb")]
     shutil.copyfile(nbk.EXERCISES / "STUDENT.md", out / "README.md")
     written.append(out / "README.md")
-    for name in _EDITION_FILES:
+    for name in edition_files():
         shutil.copyfile(nbk.ROOT / name, out / name)
         written.append(out / name)
     pkg = out / "tostnp"
@@ -340,6 +350,12 @@ def _grade(args) -> int:
     for r in rep["rows"]:
         print(f"  {r['student']:<20} {r['notebook']:<22} {r['total']:6.2f} / {r['max_score']:g}"
               f"  {r['status']}, written answers marked {r['written_marked']}")
+    from ..exercises.grading.reports import export_gaps
+    gaps = export_gaps(rep["rows"])
+    if gaps["missing"] or gaps["unmarked"]:
+        print(f"left blank in canvas.csv and moodle.csv (not 0): {gaps['missing']} notebook(s) "
+              f"never submitted, {gaps['unmarked']} with written answers not marked yet (mark "
+              f"them in {out / 'written'} and run grade again)")
     print(f"wrote {rep['csv']} ({len(rep['rows'])} rows), feedback pages in {out / 'feedback'}, "
           f"written answers to mark in {out / 'written'}, {out / 'canvas.csv'} and "
           f"{out / 'moodle.csv'}")

@@ -2,7 +2,6 @@
 written as soon as it is graded (a re-run skips what is already graded)."""
 from __future__ import annotations
 
-import csv
 import hashlib
 import io
 import json
@@ -12,7 +11,7 @@ from pathlib import Path
 from .. import notebook as nbk
 from ...io.atomic import atomic_write_text
 from .plan import notebook_stem, written_questions
-from .reports import _safe, write_reports
+from .reports import _safe, read_csv_rows, write_reports
 from .submission import run_submission
 
 
@@ -67,12 +66,11 @@ def _grade_job(job) -> tuple[str, str, dict]:
 def read_roster(path: Path) -> list[dict]:
     """Rows of a roster CSV: a ``student`` column (the submission folder's name) and any of
     name, id, sis_id, login, section, email, id_number (for the gradebook exports)."""
-    with open(path, newline="", encoding="utf-8-sig") as f:
-        rows = list(csv.DictReader(f))
+    rows = read_csv_rows(path)                 # as a spreadsheet may save it (BOM, ';')
     if not rows or "student" not in rows[0]:
         raise ValueError(f"{path}: a roster needs a 'student' column (the folder name of each "
                          "student's submissions)")
-    return [{k: (v or "").strip() for k, v in r.items() if k} for r in rows if r.get("student")]
+    return [{k: v for k, v in r.items() if k} for r in rows if r.get("student")]
 
 
 def grade_class(folder: Path, out: Path, *, hidden: bool = True, jobs: int = 2,
