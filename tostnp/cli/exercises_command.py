@@ -5,6 +5,7 @@ or instructor edition, grade many submissions.
   python -m tostnp exercises check my-exercises/02_coding_rate.md   # run it, print the score per exercise
   python -m tostnp exercises build --student OUT         # notebooks (.md and .ipynb), no solutions
   python -m tostnp exercises build --instructor OUT      # + solved notebooks with hidden tests, planted bugs
+  python -m tostnp exercises build --gradescope OUT      # a Gradescope autograder zip
   python -m tostnp exercises grade SUBMISSIONS [--out DIR] [--roster roster.csv]
 
 ``start`` never overwrites a notebook already in my-exercises/ (git ignores that folder, so the
@@ -59,6 +60,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     g = b.add_mutually_exclusive_group(required=True)
     g.add_argument("--student", metavar="OUT", help="notebooks and the package, no solutions")
     g.add_argument("--instructor", metavar="OUT", help="also solved notebooks, hidden tests, bugs")
+    g.add_argument("--gradescope", metavar="OUT",
+                   help="a Gradescope autograder zip (OUT.zip, or OUT/autograder.zip)")
+    b.add_argument("--notebook", action="append", metavar="NN_name",
+                   help="with --gradescope: a notebook the assignment covers (repeat; all when "
+                        "omitted)")
     r = sub.add_parser("grade", help="grade submitted notebooks: grades, feedback, exports")
     r.add_argument("submissions", help="folder: <student>/NN_name.md|.ipynb (or files directly)")
     r.add_argument("--out", default=None,
@@ -302,6 +308,17 @@ def _build(args) -> int:
     err = _require("jupytext", "nbformat")
     if err:
         return _fail(err)
+    if args.gradescope:
+        from ..exercises.gradescope import build_autograder
+        try:
+            path = build_autograder(Path(args.gradescope), args.notebook, files=edition_files())
+        except ValueError as e:
+            return _fail(str(e))
+        print(f"Gradescope autograder: {path} (upload it as the assignment's autograder; "
+              "written answers: add them as manually graded questions)")
+        return 0
+    if args.notebook:
+        return _fail("--notebook goes with --gradescope")
     out = Path(args.instructor or args.student).resolve()
     if out == nbk.EXERCISES.resolve() or nbk.EXERCISES.resolve() in out.parents:
         return _fail("OUT must be outside exercises/")
