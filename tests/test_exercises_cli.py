@@ -153,7 +153,7 @@ def test_grade_writes_csv(tmp_path, capsys):
     nbk.write(solved, sub / "alice" / f"{SMALL}.ipynb")
     (sub / "bob" / f"{SMALL}.md").write_bytes((nbk.EXERCISES / f"{SMALL}.md").read_bytes())
     assert main(["exercises", "grade", str(sub), "--out", str(tmp_path / "out"),
-                 "--csv", str(tmp_path / "g.csv"), "--jobs", "1"]) == 0
+                 "--csv", str(tmp_path / "g.csv"), "--jobs", "1", "--allow-unsandboxed"]) == 0
     rows = list(csv.DictReader(open(tmp_path / "g.csv")))
     by = {r["student"]: r for r in rows}
     assert set(by) == {"alice", "bob"}
@@ -166,6 +166,23 @@ def test_grade_writes_csv(tmp_path, capsys):
     assert by["alice"]["written_marked"] == "0/1" and by["bob"]["written_marked"] == "1/1"
     assert (tmp_path / "out" / "feedback" / "alice.md").is_file()
     assert "wrote" in capsys.readouterr().out
+
+
+def test_grade_refuses_without_a_sandbox_unless_asked(tmp_path, monkeypatch, capsys):
+    """Where no sandbox can be had, grade says so before it starts and grades only with
+    --allow-unsandboxed; grades.csv records the isolation each submission had."""
+    monkeypatch.setenv("TOSTNP_GRADING_ISOLATION", "none")
+    sub = tmp_path / "subs" / "bob"
+    sub.mkdir(parents=True)
+    (sub / f"{SMALL}.md").write_bytes((nbk.EXERCISES / f"{SMALL}.md").read_bytes())
+    assert main(["exercises", "grade", str(tmp_path / "subs"), "--out", str(tmp_path / "o")]) == 2
+    err = capsys.readouterr().err
+    assert "no sandbox" in err and "--allow-unsandboxed" in err and not (tmp_path / "o").exists()
+    assert main(["exercises", "grade", str(tmp_path / "subs"), "--out", str(tmp_path / "o"),
+                 "--jobs", "1", "--allow-unsandboxed"]) == 0
+    assert "isolation of each submission: none" in capsys.readouterr().out
+    rows = list(csv.DictReader(open(tmp_path / "o" / "grades.csv")))
+    assert [r["isolation"] for r in rows] == ["none"]
 
 
 def test_start_prints_the_command_that_works(tmp_path, monkeypatch, capsys):

@@ -77,6 +77,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     r.add_argument("--regrade", action="store_true",
                    help="grade again what is already graded (new inputs drawn)")
     r.add_argument("--no-hidden", action="store_true", help="only the tests students see")
+    r.add_argument("--allow-unsandboxed", action="store_true",
+                   help="grade for marks even where no sandbox (bubblewrap) can be had: each "
+                        "student's code then runs as you, bounded by an audit hook only")
     _limits_arguments(r)
 
 
@@ -356,12 +359,21 @@ def _grade(args) -> int:
             grading.read_roster(roster)
         except (ValueError, csv.Error) as e:
             return _fail(str(e))
+    from ..exercises.grading import isolation as iso
+    kind = iso.available()
+    if kind == iso.NONE and not args.allow_unsandboxed:
+        return _fail("no sandbox for the students' code on this machine: install bubblewrap "
+                     "(apt-get install bubblewrap; on Ubuntu 24.04 unprivileged user namespaces "
+                     "must be allowed for it), or pass --allow-unsandboxed to grade with each "
+                     "student's code running as you, bounded by an audit hook only")
+    print(f"isolation of each submission: {iso.DESCRIPTION[kind]}", flush=True)
     try:
         rep = grading.grade_class(folder, out, hidden=not args.no_hidden, jobs=args.jobs,
                                   cell_timeout=args.timeout,
                                   notebook_timeout=args.notebook_timeout,
                                   memory_mb=args.memory_mb, roster=roster, regrade=args.regrade,
-                                  csv_path=Path(args.csv) if args.csv else None)
+                                  csv_path=Path(args.csv) if args.csv else None,
+                                  isolation=kind)
     except ValueError as e:                          # a written mark that is not a mark
         return _fail(str(e))
     for r in rep["rows"]:

@@ -40,6 +40,7 @@ for py in python3.13 python3.12 python3.11 python3; do
     break
   fi
 done
+apt-get install -y bubblewrap || true     # the sandbox, where the container allows it
 "$py" -m venv /autograder/venv || { apt-get install -y "$py-venv" && "$py" -m venv /autograder/venv; }
 /autograder/venv/bin/python -m pip install -q --disable-pip-version-check \\
   -r "$SRC/requirements-exercises.txt"
@@ -95,15 +96,17 @@ def build_autograder(out: Path, notebooks=None, files=()) -> Path:
 
 
 def _submitted(folder: Path) -> tuple[dict, list[str]]:
-    """{stem: notebook file} under ``folder`` (an .md wins over its .ipynb; links refused) and
-    notes about what was passed over."""
-    from .grading import find_submissions, notebook_stem
-    found, notes = {}, []
-    for _, p in find_submissions(folder):
+    """{stem: notebook file} under ``folder`` and notes about what was passed over: files
+    are read as ``exercises grade`` reads them (no link followed, drafts never in place of the
+    named notebook, :func:`.grading.course.scan_submissions`), one per notebook."""
+    from .grading import notebook_stem
+    from .grading.course import scan_submissions
+    graded, refused = scan_submissions(folder)
+    notes = [f"{Path(r['file']).name}: {r['reason']}" for r in refused]
+    found: dict = {}
+    for _, p in graded:
         stem = notebook_stem(p)
-        if p.is_symlink() or any(q.is_symlink() for q in p.parents if folder in q.parents):
-            notes.append(f"{p.relative_to(folder)} is a link, not a file: not graded")
-        elif stem in found:
+        if stem in found:
             notes.append(f"{p.relative_to(folder)}: another {stem} notebook was graded "
                          f"({found[stem].relative_to(folder)}); hand in one per notebook")
         else:
@@ -116,6 +119,7 @@ def grade(root: Path, notebooks, *, cell_timeout: float = 60.0,
     """Grade ``root/submission`` for the notebooks ``notebooks``; returns the results.json
     content (also written to ``root/results/results.json``)."""
     from .grading import run_submission
+    from .grading.course import parse_submission
     t0 = time.monotonic()
     root = Path(root)
     found, notes = _submitted(root / "submission")
@@ -125,12 +129,13 @@ def grade(root: Path, notebooks, *, cell_timeout: float = 60.0,
         official = nbk.read(nbk.EXERCISES / f"{stem}.md")
         if stem in found:
             try:
-                res = run_submission(nbk.read(found[stem]), stem, hidden=True,
+                res = run_submission(parse_submission(found[stem]), stem, hidden=True,
                                      cell_timeout=cell_timeout,
                                      notebook_timeout=notebook_timeout, memory_mb=memory_mb,
                                      salt=salt, protected=[str(root / "results")])
                 # (source/tostnp, the real package, is hidden from the child by the session)
                 exercises, more = res["exercises"], res.get("notes", [])
+                more = more + [f"graded with isolation: {res.get('isolation', 'none')}"]
                 written += len(res.get("questions", []))
             except Exception as e:                      # noqa: BLE001  a file that is no notebook
                 exercises, more = {}, [f"{found[stem].name} could not be read as a notebook: "

@@ -4,6 +4,7 @@ Moodle."""
 from __future__ import annotations
 
 import csv
+import hashlib
 import html
 import io
 import re
@@ -13,8 +14,15 @@ from .. import notebook as nbk
 from ...io.atomic import atomic_write_text
 
 
-def _safe(name: str) -> str:
-    return re.sub(r"[^A-Za-z0-9_.-]+", "_", name) or "_"
+def student_key(name: str) -> str:
+    """A folder and file name of one student: the name with every character outside
+    ``A-Za-z0-9_.-`` replaced, followed by a digest of the original name whenever it was changed
+    or holds capitals (so that ``jo smith`` and ``jo_smith``, or ``Jo`` and ``jo`` on a
+    case-insensitive disk, never share a folder)."""
+    safe = re.sub(r"[^A-Za-z0-9_.-]+", "_", name).strip(".") or "_"
+    if safe != name or safe.lower() != safe:
+        safe = f"{safe[:60]}-{hashlib.sha256(name.encode('utf-8', 'surrogateescape')).hexdigest()[:10]}"
+    return safe
 
 
 RUBRIC = [("full", 1.0, "correct and complete"), ("partial", 0.5, "partly right, or right "
@@ -157,7 +165,8 @@ def write_reports(out: Path, done: dict, roster_rows: list[dict], csv_path=None)
         for stem in stems:
             r = done.get((student, stem))
             row = {"student": student, "notebook": stem,
-                   "status": "graded" if r else "missing"}
+                   "status": r.get("status", "graded") if r else "missing",
+                   "isolation": r.get("isolation", "") if r else ""}
             auto = mx = 0.0
             for name in all_ex[stem]:
                 e = r["exercises"].get(name) if r else None
@@ -175,7 +184,7 @@ def write_reports(out: Path, done: dict, roster_rows: list[dict], csv_path=None)
             row["max_score"] = mx + nq
             row["percent"] = round(100 * (auto + written) / (mx + nq), 1) if mx + nq else 0.0
             rows.append(row)
-    fields = ["student", "notebook", "status"]
+    fields = ["student", "notebook", "status", "isolation"]
     for stem in stems:
         fields += [n for n in all_ex[stem] if n not in fields]
     fields += ["exercises_total", "written_marked", "written_total", "total", "max_score",
@@ -235,7 +244,7 @@ def _write_feedback(out, done, rows, students, stems, marks, info):
                 lines.append(f"Written question {q}: " + (
                     "not marked yet" if m is None else f"{m:g} / 1") + (f" ({_md_cell(com)})" if com else ""))
             lines.append("")
-        atomic_write_text(fb / f"{_safe(student)}.md", "\n".join(lines))
+        atomic_write_text(fb / f"{student_key(student)}.md", "\n".join(lines))
 
 
 def _lms_total(row):

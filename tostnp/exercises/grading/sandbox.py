@@ -5,8 +5,6 @@ from __future__ import annotations
 import ast
 import os
 import shutil
-import subprocess
-import sys
 from pathlib import Path
 
 PACKAGE = Path(__file__).resolve().parents[2]            # tostnp/
@@ -152,17 +150,3 @@ def real_package_dirs() -> set[Path]:
                         continue
                     out |= {Path(v).resolve() for v in mapping.values()}
     return out
-
-
-def _unshare_works() -> bool:
-    if not hasattr(_unshare_works, "ok"):
-        exe = shutil.which("unshare")
-        ok = False
-        if exe and sys.platform.startswith("linux"):
-            try:
-                ok = subprocess.run([exe, "-Urm", "true"], capture_output=True,
-                                    timeout=10).returncode == 0
-            except (OSError, subprocess.SubprocessError):
-                ok = False
-        _unshare_works.ok = ok
-    return _unshare_works.ok

@@ -6,7 +6,8 @@ import time
 from .. import _core
 from .. import notebook as nbk
 from .plan import Plan, plan
-from .sandbox import PHASES
+from . import isolation as iso
+from .sandbox import PHASES, site_dirs
 from .session import Remote, Session
 from .wire import Lost
 
@@ -29,7 +30,11 @@ def _run_phase(p: Plan, session: "Session", only, hidden, results, notes, cell_e
     def zero(name, reason):
         results[name] = {"score": 0.0, "points": nbk.points_of(name), "passed": 0, "cases": 0,
                          "hint": reason}
-    session.start()
+    try:
+        session.start()
+    except Lost as e:
+        notes.append(f"your notebook's process {e}")
+        return
     for step in p.steps:
         if time.monotonic() >= deadline:
             notes.append(f"the notebook's time budget ({notebook_timeout:.0f} s) ran out "
@@ -100,11 +105,16 @@ def _run_phase(p: Plan, session: "Session", only, hidden, results, notes, cell_e
 
 def run_submission(sub, stem: str, *, hidden: bool, cell_timeout: float = 60.0,
                    notebook_timeout: float = 600.0, memory_mb: int = 2048, salt=None,
-                   protected=()) -> dict:
+                   protected=(), isolation: str | None = None) -> dict:
     """Grade one submission (an nbformat node of notebook ``stem``); returns its result:
     {"exercises": {name: {score, points, passed, cases, hint}}, "notes": [...], "answers",
-    "questions", "salt", "seconds"}."""
+    "questions", "salt", "seconds", "isolation"}. ``isolation``: "bwrap" or "none" (default:
+    what this machine has). Outside a sandbox, a submission that changed the interpreter's site
+    folders (a .pth file runs in the next Python started) scores 0 and the note names the
+    files."""
     t0 = time.monotonic()
+    isolation = isolation or iso.available()
+    site_before = iso.site_state(site_dirs()) if isolation == iso.NONE else None
     p = plan(sub, stem)
     results: dict[str, dict] = {}
     notes: list[str] = []
@@ -116,7 +126,8 @@ def run_submission(sub, stem: str, *, hidden: bool, cell_timeout: float = 60.0,
     try:
         for k, (only, package) in enumerate(phases):
             session = Session(stem, cell_timeout=cell_timeout, memory_mb=memory_mb,
-                              protected=protected, deadline=deadline, package=package)
+                              protected=protected, deadline=deadline, package=package,
+                              isolation=isolation)
             sink: list[dict] = []
             _core.GRADING.salt, _core.GRADING.sink = salt, sink.append
             try:
@@ -133,6 +144,12 @@ def run_submission(sub, stem: str, *, hidden: bool, cell_timeout: float = 60.0,
     def zero(name, reason):
         results[name] = {"score": 0.0, "points": nbk.points_of(name), "passed": 0, "cases": 0,
                          "hint": reason}
+    tampered = iso.changed(site_before, iso.site_state(site_dirs())) if site_before else []
+    if tampered:
+        notes.append("your notebook changed the Python install, which scores 0: "
+                     + ", ".join(tampered[:5]))
+        p.problems.update({n: "your notebook changed the Python install (a file in "
+                           "site-packages), so every exercise scores 0" for n in p.exercises})
     for name in p.exercises:
         if name in p.problems:
             zero(name, p.problems[name])
@@ -142,4 +159,5 @@ def run_submission(sub, stem: str, *, hidden: bool, cell_timeout: float = 60.0,
     notes = list(dict.fromkeys(notes))                  # a cell that failed in two phases
     return {"notebook": stem, "exercises": ordered, "notes": notes, "answers": p.answers,
             "questions": p.questions, "salt": salt, "restarts": restarts,
-            "seconds": round(time.monotonic() - t0, 2), "output_tail": tail[-1000:]}
+            "seconds": round(time.monotonic() - t0, 2), "output_tail": tail[-1000:],
+            "isolation": isolation}

@@ -2,6 +2,10 @@
 (framing: ``_child.frame``, ``unframe`` and ``write_all``, shared with the child)."""
 from __future__ import annotations
 
+import io
+import struct
+import zipfile
+
 import numpy as np
 
 from .. import _core
@@ -83,3 +87,34 @@ def _writeback(orig, new):
         orig.update(new)
     elif isinstance(orig, list) and isinstance(new, list) and len(orig) == len(new):
         orig[:] = new
+
+
+MAX_ARRAYS = 4096                    # arrays in one reply
+
+
+def check_arrays(data: bytes) -> None:
+    """Refuse a reply (the bytes after its 8-byte length) whose arrays would take more memory
+    than the reply's own size: only stored (uncompressed) .npz members, each as long as its
+    header's shape says, so that nothing is inflated or allocated beyond what was read."""
+    (j,) = struct.unpack(">I", data[:4])
+    if len(data) <= 4 + j:
+        return
+    with zipfile.ZipFile(io.BytesIO(data[4 + j:])) as z:
+        infos = z.infolist()
+        if len(infos) > MAX_ARRAYS:
+            raise Lost(f"sent a reply of {len(infos)} arrays (the limit is {MAX_ARRAYS})")
+        for info in infos:
+            if info.compress_type != zipfile.ZIP_STORED or info.file_size != info.compress_size \
+                    or info.file_size > len(data):
+                raise Lost("sent a compressed reply (the child writes stored arrays only)")
+            with z.open(info) as f:
+                version = np.lib.format.read_magic(f)
+                if version == (1, 0):
+                    shape, _, dtype = np.lib.format.read_array_header_1_0(f)
+                else:
+                    shape, _, dtype = np.lib.format.read_array_header_2_0(f)
+            n = 1
+            for s in shape:
+                n *= int(s)
+            if dtype.hasobject or n * dtype.itemsize > info.file_size:
+                raise Lost(f"sent an array of shape {tuple(shape)} in {info.file_size} bytes")
