@@ -121,9 +121,11 @@ def _source(module: str) -> Path:
 def site_dirs() -> list[str]:
     """The site-packages folders of this interpreter: the child starts without ``site`` (-S, so
     no .pth file runs: an editable install's import hook would reach the real tostnp) and puts
-    these on its path itself."""
+    these on its path itself. Resolved: a folder reached through a link (a venv whose
+    site-packages is another's) is bound into the sandbox where it really is."""
     import site
-    dirs = list(site.getsitepackages()) + [site.getusersitepackages()]
+    dirs = [os.path.realpath(d) for d in list(site.getsitepackages())
+            + [site.getusersitepackages()]]
     return [d for d in dict.fromkeys(dirs) if os.path.isdir(d)]
 
 
