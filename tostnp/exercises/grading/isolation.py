@@ -58,16 +58,16 @@ def bwrap_command(argv: list[str], *, read_only: list[str], hidden: list[str], s
     exe = exe or _bwrap_exe() or BWRAP
     cmd = [exe, "--unshare-all", "--die-with-parent", "--new-session", "--cap-drop", "ALL",
            "--hostname", "grading"]
-    if os.geteuid() == 0:                    # root: the child is nobody in its own namespace
-        cmd += ["--unshare-user", "--uid", "65534", "--gid", "65534"]
+    cmd += ["--unshare-user"]                # its own user namespace (root: as nobody in it)
+    cmd += ["--uid", "65534", "--gid", "65534"] if os.geteuid() == 0 else []
     cmd += ["--disable-userns"] if _supports("--disable-userns") else []
     cmd += _system_binds() + ["--dev", "/dev"]
     for p in dict.fromkeys(read_only):
         cmd += ["--ro-bind", p, p]
     for p in hidden:
         cmd += ["--tmpfs", p, "--remount-ro", p]
-    cmd += ["--size", str(256 * 2**20), "--tmpfs", "/tmp",
-            "--size", str(256 * 2**20), "--tmpfs", INSIDE,
+    size = ["--size", str(256 * 2**20)] if _supports("--size") else []   # bwrap >= 0.5
+    cmd += [*size, "--tmpfs", "/tmp", *size, "--tmpfs", INSIDE,
             "--ro-bind", sandbox, f"{INSIDE}/ro", "--dir", f"{INSIDE}/work",
             "--chdir", f"{INSIDE}/work", "--"]
     return cmd + list(argv)
@@ -136,22 +136,29 @@ def limits(memory_bytes: int, cpu_seconds: int, file_bytes: int):
 # --------------------------------------------------------------------------------------------
 # the child's process tree, read from the grading side
 # --------------------------------------------------------------------------------------------
+def children(pid: int) -> list[int]:
+    """The child processes of ``pid`` (Linux ``/proc``; empty where there is none)."""
+    out = []
+    try:
+        tasks = os.listdir(f"/proc/{pid}/task")
+    except OSError:
+        return out
+    for t in tasks:
+        try:
+            with open(f"/proc/{pid}/task/{t}/children", encoding="ascii") as f:
+                out += [int(c) for c in f.read().split()]
+        except (OSError, ValueError):
+            pass
+    return out
+
+
 def tree(pid: int) -> list[int]:
-    """``pid`` and its descendants (Linux ``/proc``; empty where there is none)."""
+    """``pid`` and its descendants."""
     out, todo = [], [pid]
     while todo:
         p = todo.pop()
         out.append(p)
-        try:
-            tasks = os.listdir(f"/proc/{p}/task")
-        except OSError:
-            continue
-        for t in tasks:
-            try:
-                with open(f"/proc/{p}/task/{t}/children", encoding="ascii") as f:
-                    todo += [int(c) for c in f.read().split()]
-            except (OSError, ValueError):
-                pass
+        todo += children(p)
     return out
 
 

@@ -73,7 +73,7 @@ class Session:
             self.out = os.memfd_create("tostnp-grade-output", os.MFD_CLOEXEC)
         except (AttributeError, OSError):
             self.out = os.dup(tempfile.TemporaryFile().fileno())
-        self.proc = None
+        self.proc, self._ro = None, None
         self.meter: iso.Meter | None = None
         self.replay: list[Step] = []
         self.restarts = 0
@@ -83,9 +83,9 @@ class Session:
     def _write_ro(self) -> Path:
         """The read-only part of the child's folder, written afresh: stand-in package, child
         program, configuration."""
-        ro = self.dir / f"ro{self.starts}"
-        shutil.rmtree(self.dir / f"ro{self.starts - 1}", ignore_errors=True)
-        ro.mkdir()
+        if self._ro is not None:
+            shutil.rmtree(self._ro, ignore_errors=True)
+        ro = self._ro = Path(tempfile.mkdtemp(prefix="ro", dir=self.dir))   # a name not guessed
         build_sandbox(self.package, ro)
         shutil.copyfile(CHILD, ro / "_child.py")
         boxed = self.isolation == iso.BWRAP
@@ -136,7 +136,7 @@ class Session:
         mem = self.memory_mb * 2**20 if self.memory_mb else 0
         if self.isolation != iso.BWRAP:
             _subreaper()
-        self._before = set(_children(os.getpid()))
+        self._before = set(iso.children(os.getpid()))
         try:
             self.proc = subprocess.Popen(
                 self._command(ro, c_r, c_w), pass_fds=(c_r, c_w, self.out), env=env,
@@ -394,23 +394,8 @@ def _subreaper() -> None:
         _subreaper.done = True
 
 
-def _children(pid: int) -> list[int]:
-    out = []
-    try:
-        tasks = os.listdir(f"/proc/{pid}/task")
-    except OSError:
-        return out
-    for t in tasks:
-        try:
-            with open(f"/proc/{pid}/task/{t}/children", encoding="ascii") as f:
-                out += [int(c) for c in f.read().split()]
-        except (OSError, ValueError):
-            pass
-    return out
-
-
 def _kill_new_children(before: set) -> None:
-    for pid in _children(os.getpid()):
+    for pid in iso.children(os.getpid()):
         if pid in before:
             continue
         for p in iso.tree(pid):
