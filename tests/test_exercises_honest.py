@@ -104,3 +104,18 @@ def test_honest_variants_get_full_marks_through_the_grader():
         res = grading.run_submission(nb, stem, hidden=True, cell_timeout=120.0)
         wrong = {n: r for n, r in res["exercises"].items() if r["score"] != r["points"]}
         assert not wrong, (label, wrong)
+
+
+@pytest.mark.slow
+def test_float32_plot_gets_full_marks_through_the_grader():
+    """9.4 allows float32 pixels; the grading child sends the figure's images as drawn."""
+    stem = "09_images"
+    sections = dict(nbk.solution_sections(stem))
+    sections["membership_maps"] = sections["membership_maps"].replace(
+        "Pi[k].reshape(grid, grid)", "Pi[k].astype(np.float32).reshape(grid, grid)")
+    assert "float32" in sections["membership_maps"]
+    nb = nbk.fill(nbk.read(nbk.EXERCISES / f"{stem}.md"), sections)
+    res = grading.run_submission(nb, stem, hidden=True, cell_timeout=120.0,
+                                 notebook_timeout=900.0)
+    r = res["exercises"]["membership_maps"]
+    assert r["score"] == r["points"], r
