@@ -84,7 +84,12 @@ def _honest_variants():
         c = nbk.student_cells(nb)["variational_compression"]
         c.source = "%matplotlib inline\n" + c.source
         return nb
-    return stem, {f.__name__: f(solved()) for f in (comment, try_first, own_cell, magic)}
+    def shows(nb):                   # IPython's display() in an answer cell
+        c = nbk.student_cells(nb)["tight_basis"]
+        c.source = "display('the eigenvectors of each group')\n" + c.source
+        return nb
+    return stem, {f.__name__: f(solved())
+                  for f in (comment, try_first, own_cell, magic, shows)}
 
 
 def test_honest_variants_plan():
