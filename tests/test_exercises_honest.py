@@ -88,8 +88,12 @@ def _honest_variants():
         c = nbk.student_cells(nb)["tight_basis"]
         c.source = "display('the eigenvectors of each group')\n" + c.source
         return nb
+    def timed(nb):                   # a cell magic that runs its body, a shell escape
+        c = nbk.student_cells(nb)["bound_counterexample"]
+        c.source = "%%time\n!echo hello\n" + c.source
+        return nb
     return stem, {f.__name__: f(solved())
-                  for f in (comment, try_first, own_cell, magic, shows)}
+                  for f in (comment, try_first, own_cell, magic, shows, timed)}
 
 
 def test_honest_variants_plan():
