@@ -30,7 +30,8 @@ def test_student_edition_has_no_solutions(tmp_path, capsys):
     files = sorted(p.relative_to(out).as_posix() for p in out.rglob("*") if p.is_file())
     stems = [p.stem for p in nbk.notebooks()]
     top = sorted(f for f in files if not f.startswith("tostnp/"))
-    assert top == sorted(["README.md", "run.py", "requirements.txt", "pyproject.toml"]
+    assert top == sorted(["README.md", "run.py", "requirements.txt", "pyproject.toml",
+                          "requirements-exercises.txt"]
                          + [f"exercises/{s}.md" for s in stems]
                          + [f"exercises/{s}.ipynb" for s in stems])
     assert "tostnp/exercises/grading/__init__.py" in files and "tostnp/__main__.py" in files
@@ -111,6 +112,25 @@ def test_check_prints_scores(tmp_path, kernel_env, capsys):
     for name in nbk.solution_sections(SMALL):
         assert "1.00 / 1  PASS" in lines[name]
     assert "3.00 / 3" in lines["total"]
+    assert "SCORE" not in out and "PASS  " not in out          # one table, no score lines
+
+
+def test_check_table_keeps_hints_whole():
+    import io
+    hint = ("n=30, d=5, K=3, eps=0.3: R^var_c exceeds R_c by 1.23e-01. For group 2, "
+            "U_k^T (Z^T Diag(pi_k) Z) U_k is not diagonal: which basis makes a symmetric "
+            "matrix diagonal?")
+    res = {"tight_basis": {"score": 0.0, "points": 1.0, "hint": hint},
+           "variational_compression": {"score": 1.0, "points": 1.0, "hint": ""}}
+    buf = io.StringIO()
+    assert cli._report("x.md", res, out=buf, width=70) == (1.0, 2.0)
+    lines = buf.getvalue().splitlines()
+    assert max(len(ln) for ln in lines) <= 70
+    first = next(i for i, ln in enumerate(lines) if "tight_basis" in ln)
+    col = lines[first].index("n=30")
+    rest = lines[first + 1:first + 1 + len(lines) - 4]
+    assert all(ln[:col].strip() == "" for ln in rest)               # wrapped under the column
+    assert " ".join(ln.strip() for ln in [lines[first][col:]] + rest) == hint
 
 
 def test_check_rejects_other_files(tmp_path, capsys):

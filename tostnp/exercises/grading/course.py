@@ -11,7 +11,6 @@ Each student's results and feedback page live in a folder of its own (:func:`.re
 ``jo smith`` and ``jo_smith`` never share one); the CSV keeps the original name."""
 from __future__ import annotations
 
-import csv
 import hashlib
 import io
 import json
@@ -25,7 +24,7 @@ from .. import notebook as nbk
 from ...io.atomic import atomic_write_text
 from . import isolation as iso
 from .plan import notebook_stem, written_questions
-from .reports import student_key, write_reports
+from .reports import read_csv_rows, student_key, write_reports
 from .submission import run_submission
 
 MAX_SUBMISSION = 32 * 2**20          # the largest notebook file read
@@ -119,6 +118,11 @@ def _parse(data: bytes, suffix: str):
     return jupytext.reads(data.decode("utf-8"), fmt=suffix.lstrip("."))
 
 
+def parse_submission(path: Path):
+    """The notebook of a submission file, read as :func:`read_submission` reads it."""
+    return _parse(read_submission(path), Path(path).suffix)
+
+
 def _result_path(out: Path, student: str, stem: str) -> Path:
     return out / "results" / student_key(student) / f"{stem}.json"
 
@@ -158,12 +162,11 @@ def _grade_job(job) -> tuple[str, str, dict]:
 def read_roster(path: Path) -> list[dict]:
     """Rows of a roster CSV: a ``student`` column (the submission folder's name) and any of
     name, id, sis_id, login, section, email, id_number (for the gradebook exports)."""
-    with open(path, newline="", encoding="utf-8-sig") as f:
-        rows = list(csv.DictReader(f))
+    rows = read_csv_rows(path)                 # as a spreadsheet may save it (BOM, ';')
     if not rows or "student" not in rows[0]:
         raise ValueError(f"{path}: a roster needs a 'student' column (the folder name of each "
                          "student's submissions)")
-    return [{k: (v or "").strip() for k, v in r.items() if k} for r in rows if r.get("student")]
+    return [{k: v for k, v in r.items() if k} for r in rows if r.get("student")]
 
 
 def grade_class(folder: Path, out: Path, *, hidden: bool = True, jobs: int = 2,

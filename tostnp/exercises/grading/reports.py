@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import csv
 import hashlib
+import html
 import io
 import re
 from pathlib import Path
@@ -31,13 +32,63 @@ WRITTEN_FIELDS = ["student", "notebook", "question", "answer", "max_points", "le
                   "comment"]
 
 
+# a spreadsheet runs a cell that starts with one of these as a formula (OWASP, CSV injection):
+# such a cell is written with a leading ' (and so is one that starts with ', so that reading
+# back removes exactly what writing added)
+_FORMULA_START = ("=", "+", "-", "@", "\t", "\r", "'")
+
+
+def csv_cell(value):
+    """``value`` as a CSV cell a spreadsheet shows as text: a string that could start a formula
+    gets a leading ``'``; numbers are left alone."""
+    if isinstance(value, str) and value.startswith(_FORMULA_START):
+        return "'" + value
+    return value
+
+
+def _uncell(value: str) -> str:
+    return value[1:] if value.startswith("'") and value[1:].startswith(_FORMULA_START) else value
+
+
+def read_csv_rows(path: Path) -> list[dict]:
+    """The rows of a CSV file as the grader wrote it or as a spreadsheet saved it again: UTF-8
+    with or without a byte-order mark (else Windows-1252), ``,``, ``;`` or tab between cells
+    (Excel's choice depends on the locale); keys and values stripped, the ``'`` of
+    :func:`csv_cell` removed."""
+    raw = Path(path).read_bytes()
+    try:
+        text = raw.decode("utf-8-sig")
+    except UnicodeDecodeError:
+        text = raw.decode("cp1252", errors="replace")
+    head = text.split("\n", 1)[0]
+    sep = max((",", ";", "\t"), key=head.count)
+    rows = csv.DictReader(io.StringIO(text, newline=""), delimiter=sep)
+    return [{(k or "").strip(): _uncell((v or "").strip()) for k, v in r.items()
+             if isinstance(v, str) or v is None} for r in rows]
+
+
+def _same_text(a: str, b: str) -> bool:
+    """Two answers are the same text whatever the spreadsheet did to line ends and spaces."""
+    return " ".join((a or "").split()) == " ".join((b or "").split())
+
+
 def _written_marks(out: Path, stem: str) -> dict:
     """{(student, question): {"level", "score", "comment", "answer"}} already entered by hand."""
     f = out / "written" / f"{stem}.csv"
     if not f.exists():
         return {}
-    with open(f, newline="", encoding="utf-8") as fh:
-        return {(r["student"], int(r["question"])): r for r in csv.DictReader(fh)}
+    marks = {}
+    for r in read_csv_rows(f):
+        for k in ("student", "question"):
+            if k not in r:
+                raise ValueError(f"{f}: no {k!r} column (columns: {', '.join(r)}); keep the "
+                                 "header row as the grader wrote it")
+        try:
+            marks[(r["student"], int(float(r["question"])))] = r
+        except ValueError:
+            raise ValueError(f"{f}: question {r['question']!r} of {r['student']} is not a "
+                             "number") from None
+    return marks
 
 
 def written_score(row: dict, max_points: float = 1.0) -> float | None:
@@ -45,7 +96,7 @@ def written_score(row: dict, max_points: float = 1.0) -> float | None:
     s = (row.get("score") or "").strip()
     if s:
         try:
-            v = float(s)
+            v = float(s.replace(",", ".") if "," in s and "." not in s else s)   # 0,5 (Excel)
         except ValueError:
             raise ValueError(f"written mark for {row.get('student')} question {row.get('question')}: "
                              f"score {s!r} is not a number") from None
@@ -67,7 +118,7 @@ def _write_csv(path: Path, fields, rows):
     buf = io.StringIO()
     w = csv.DictWriter(buf, fieldnames=fields, restval="", lineterminator="\n")
     w.writeheader()
-    w.writerows(rows)
+    w.writerows({k: csv_cell(v) for k, v in r.items()} for r in rows)
     atomic_write_text(path, buf.getvalue())
 
 
@@ -86,7 +137,7 @@ def write_reports(out: Path, done: dict, roster_rows: list[dict], csv_path=None)
                 continue
             for q, ans in enumerate(r.get("answers", []), start=1):
                 prev = old.get((student, q), {})
-                keep = prev if prev.get("answer", "").strip() == ans.strip() else {}
+                keep = prev if _same_text(prev.get("answer", ""), ans) else {}
                 rows.append({"student": student, "notebook": stem, "question": q,
                              "answer": ans.strip(), "max_points": 1,
                              "level": keep.get("level", "") if ans.strip() else "none",
@@ -145,8 +196,16 @@ def write_reports(out: Path, done: dict, roster_rows: list[dict], csv_path=None)
     return {"rows": rows, "csv": csv_path, "students": students, "notebooks": stems}
 
 
+def _md_text(text) -> str:
+    """Text from a submission (an exception message, a note) or a roster, shown as text on a
+    Markdown page: no HTML (``<script>``, ``<img onerror=...>``), no link or image (code spans
+    stay: Markdown shows HTML inside them as text)."""
+    text = html.escape(str(text or ""), quote=False)
+    return re.sub(r"([\[\]])", r"\\\1", text)
+
+
 def _md_cell(text: str) -> str:
-    return (text or "").replace("|", "\\|").replace("\n", " ")
+    return _md_text(text).replace("|", "\\|").replace("\n", " ")
 
 
 def _write_feedback(out, done, rows, students, stems, marks, info):
@@ -154,7 +213,7 @@ def _write_feedback(out, done, rows, students, stems, marks, info):
     fb.mkdir(parents=True, exist_ok=True)
     by = {(r["student"], r["notebook"]): r for r in rows}
     for student in students:
-        name = info.get(student, {}).get("name") or student
+        name = _md_text(info.get(student, {}).get("name") or student).replace("\n", " ")
         lines = [f"# Feedback: {name}", ""]
         for stem in stems:
             row = by[(student, stem)]
@@ -177,15 +236,28 @@ def _write_feedback(out, done, rows, students, stems, marks, info):
             lines.append("")
             if r.get("notes"):
                 lines += ["Notes from running your notebook:", ""]
-                lines += [f"- {n}" for n in r["notes"]] + [""]
+                lines += [f"- {_md_cell(n)}" for n in r["notes"]] + [""]
             old = _written_marks(out, stem)
             for q, ans in enumerate(r.get("answers", []), start=1):
                 m = marks.get((student, stem, q))
                 com = old.get((student, q), {}).get("comment", "")
                 lines.append(f"Written question {q}: " + (
-                    "not marked yet" if m is None else f"{m:g} / 1") + (f" ({com})" if com else ""))
+                    "not marked yet" if m is None else f"{m:g} / 1") + (f" ({_md_cell(com)})" if com else ""))
             lines.append("")
         atomic_write_text(fb / f"{student_key(student)}.md", "\n".join(lines))
+
+
+def _lms_total(row):
+    """The total a gradebook gets: blank (Canvas and Moodle leave a blank cell ungraded) for a
+    notebook never submitted or with written answers not marked yet, never a silent 0."""
+    done, of = row["written_marked"].split("/")
+    return "" if row["status"] == "missing" or done != of else row["total"]
+
+
+def export_gaps(rows) -> dict:
+    """How many gradebook cells are left blank, and why (printed by ``grade``)."""
+    return {"missing": sum(r["status"] == "missing" for r in rows),
+            "unmarked": sum(r["status"] != "missing" and _lms_total(r) == "" for r in rows)}
 
 
 def _write_exports(out, rows, students, stems, info):
@@ -199,12 +271,12 @@ def _write_exports(out, rows, students, stems, info):
     moodle = []
     for st in students:
         i = info.get(st, {})
+        totals = {f"Exercises {s}": _lms_total(by[(st, s)]) for s in stems}
         canvas.append({"Student": i.get("name") or st, "ID": i.get("id", ""),
                        "SIS User ID": i.get("sis_id", ""), "SIS Login ID": i.get("login", st),
-                       "Section": i.get("section", ""),
-                       **{f"Exercises {s}": by[(st, s)]["total"] for s in stems}})
+                       "Section": i.get("section", ""), **totals})
         moodle.append({"Email address": i.get("email", ""), "ID number": i.get("id_number", ""),
                        "Username": i.get("login", st), "Full name": i.get("name") or st,
-                       **{f"Exercises {s}": by[(st, s)]["total"] for s in stems}})
+                       **totals})
     _write_csv(out / "canvas.csv", canvas_fields, canvas)
     _write_csv(out / "moodle.csv", moodle_fields, moodle)

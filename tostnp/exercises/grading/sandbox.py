@@ -16,18 +16,26 @@ BLOCKED_MODULES = ("autograd", "jax", "torch", "tensorflow", "sympy", "tostnp.ex
 # notebooks whose exercises use package code: which parts of tostnp the child gets, which are
 # left out, and which functions are emptied (they raise when called) because an exercise of the
 # notebook asks the student to write them. Every other notebook gets no package code at all.
+# "keep" lists modules, not folders, where a folder holds the code under study under other names
+# (8.1/8.2: a private plain-path LayerNorm, BatchNorm's backward, GELU and the MLP beside it);
+# "only" keeps just the named functions of a module (every other one raises when called), for a
+# module that the kept code imports for a helper; tests/test_exercises_sandbox_imports.py lists
+# what each notebook's child can import.
 SANDBOX_PACKAGE = {
-    "08_tost_block": {
-        "keep": ["tostnp.backend", "tostnp.nn"],
-        "drop": ["tostnp.nn.block", "tostnp.nn.class_attention"],
-        "empty": {"tostnp.backend.kernels": ["layer_norm_forward", "layer_norm_backward"],
-                  "tostnp.nn.layers": ["layer_norm_forward", "layer_norm_backward"]},
-        "init": {"tostnp.nn": ["layers", "attention", "flash", "tssa"]},
+    "08_tost_block": {       # TSSA stays (8.3 may call it); nothing of LayerNorm, GELU, the MLP
+        "keep": ["tostnp.backend", "tostnp.nn.params", "tostnp.nn.layers", "tostnp.nn.tssa",
+                 "tostnp.nn.tssa_heads", "tostnp.nn.tssa_causal"],
+        "drop": [],
+        "empty": {"tostnp.backend.kernels": ["layer_norm_forward", "layer_norm_backward",
+                                             "gelu_forward", "gelu_backward"]},
+        "only": {"tostnp.nn.layers": ["sum_leading"]},
+        "init": {"tostnp.nn": ["tssa"]},
     },
     "09_images": {
         "keep": ["tostnp.backend", "tostnp.nn", "tostnp.models", "tostnp.data"],
         "drop": [],
-        "empty": {"tostnp.backend.kernels": ["adamw_update"]},
+        "empty": {"tostnp.backend.kernels": ["adamw_update", "adamw_update_flat"]},
+        "only": {},
         "init": {},
     },
 }
@@ -40,15 +48,20 @@ PRELOAD = {"09_images": ["matplotlib.pyplot", "threadpoolctl"], "01_attention_co
            "11_gpu": ["array_api_strict", "array_api_compat"]}
 
 
-def _empty_functions(src: str, names, where: str) -> str:
+def _empty_functions(src: str, names, where: str, *, keep=None) -> str:
+    """``src`` with the functions ``names`` (or, given ``keep``, every top-level function not in
+    ``keep``) raising when called."""
     tree = ast.parse(src)
-    for node in ast.walk(tree):
-        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.name in names:
-            msg = (f"tostnp.{where}.{node.name} is not available while grading: the exercise "
-                   "asks you to write it")
-            node.body = [ast.Raise(exc=ast.Call(func=ast.Name("RuntimeError", ast.Load()),
-                                                args=[ast.Constant(msg)], keywords=[]), cause=None)]
-            node.decorator_list = []
+    funcs = (ast.FunctionDef, ast.AsyncFunctionDef)
+    nodes = ([n for n in tree.body if isinstance(n, funcs) and n.name not in keep]
+             if keep is not None else
+             [n for n in ast.walk(tree) if isinstance(n, funcs) and n.name in names])
+    for node in nodes:
+        msg = (f"tostnp.{where}.{node.name} is not available while grading: the exercise "
+               "asks you to write it")
+        node.body = [ast.Raise(exc=ast.Call(func=ast.Name("RuntimeError", ast.Load()),
+                                            args=[ast.Constant(msg)], keywords=[]), cause=None)]
+        node.decorator_list = []
     return ast.unparse(ast.fix_missing_locations(tree))
 
 
@@ -87,6 +100,9 @@ def build_sandbox(stem: str, dest: Path) -> None:
     for name, funcs in spec["empty"].items():
         f = pkg / _source(name).relative_to(PACKAGE)
         f.write_text(_empty_functions(f.read_text(encoding="utf-8"), set(funcs), name[7:]))
+    for name, funcs in spec["only"].items():
+        f = pkg / _source(name).relative_to(PACKAGE)
+        f.write_text(_empty_functions(f.read_text(encoding="utf-8"), (), name[7:], keep=set(funcs)))
     for name, subs in spec["init"].items():
         (pkg / _source(name).relative_to(PACKAGE) / "__init__.py").write_text(
             "".join(f"from .{m} import *  # noqa\n" for m in subs))
@@ -105,9 +121,11 @@ def _source(module: str) -> Path:
 def site_dirs() -> list[str]:
     """The site-packages folders of this interpreter: the child starts without ``site`` (-S, so
     no .pth file runs: an editable install's import hook would reach the real tostnp) and puts
-    these on its path itself."""
+    these on its path itself. Resolved: a folder reached through a link (a venv whose
+    site-packages is another's) is bound into the sandbox where it really is."""
     import site
-    dirs = list(site.getsitepackages()) + [site.getusersitepackages()]
+    dirs = [os.path.realpath(d) for d in list(site.getsitepackages())
+            + [site.getusersitepackages()]]
     return [d for d in dict.fromkeys(dirs) if os.path.isdir(d)]
 
 
