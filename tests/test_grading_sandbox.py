@@ -371,3 +371,35 @@ def test_a_killed_run_leaves_no_student_output(tmp_path):
         assert not [f for d in mine for f in d.rglob("student_output.txt")]
     removed = course.remove_stale_folders()
     assert all(str(d) in removed and not d.exists() for d in mine)
+
+
+def test_without_bwrap_on_the_path_there_is_no_sandbox(tmp_path, monkeypatch):
+    monkeypatch.setenv("PATH", str(tmp_path))                  # an empty folder: no bwrap
+    monkeypatch.delattr(iso.available, "result", raising=False)
+    monkeypatch.delenv("TOSTNP_GRADING_ISOLATION", raising=False)
+    assert iso.available() == iso.NONE
+
+
+def test_a_reply_is_bounded_before_its_arrays_are_allocated():
+    """A stored .npz member whose header claims more than its bytes, and a deflated member, are
+    refused before numpy allocates or inflates anything; a plain reply passes."""
+    import io
+    import struct
+    import zipfile
+
+    import numpy as np
+    from tostnp.exercises import _child
+    from tostnp.exercises.grading.wire import Lost, check_arrays
+
+    head = b'{"ok": true}'
+    good = _child.frame({"ok": True}, {"a0": np.arange(10.0)})
+    check_arrays(good)
+    for compression, shape in [(zipfile.ZIP_STORED, (10**12,)), (zipfile.ZIP_DEFLATED, (4,))]:
+        b = io.BytesIO()
+        with zipfile.ZipFile(b, "w", compression) as z:
+            with z.open("a0.npy", "w") as f:
+                np.lib.format.write_array_header_1_0(
+                    f, {"descr": "<f8", "fortran_order": False, "shape": shape})
+                f.write(bytes(32))
+        with pytest.raises(Lost):
+            check_arrays(struct.pack(">I", len(head)) + head + b.getvalue())
