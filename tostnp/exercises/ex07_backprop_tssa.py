@@ -9,7 +9,8 @@ import numpy as np
 
 from . import _reference as ref
 from ..analysis.oracle import rel_err
-from ._core import Fail, call_student, compare, run_specs
+from ._core import Fail, call_student, run_specs, say
+from ._compare import compare
 from .ex06_tssa_layer import _FORBID_AD, _HIDDEN, _SHAPES, _inputs, _shape_label
 
 
@@ -151,7 +152,7 @@ def check_tssa_backward(fn, hidden=None, verbose=True):
             errs = [f"dx {_rel(dx, dx_ref):.1e}"] + \
                    [f"{k} {_rel(grads[k], g_ref[k]):.1e}"
                     for k in sorted(params) if np.shape(grads[k]) == g_ref[k].shape]
-            print(f"  {label}: relative error vs autograd: " + ", ".join(errs))
+            say(f"  {label}: relative error vs autograd: " + ", ".join(errs))
         # in backward order: the first wrong gradient is the one nearest to the bug
         for k in ("b_o", "W_o", "temp", "b_u", "W_u"):
             if k in params:
@@ -173,7 +174,7 @@ def check_tssa_backward(fn, hidden=None, verbose=True):
                 lambda v: float(np.sum(dy * ref.tssa_forward(x, dict(P, **{k: v}), 2)[0])), P[k])
             err = _rel(grads[k], num)
             if verbose:
-                print(f"  finite differences, grads[{k!r}]: relative error {err:.1e}")
+                say(f"  finite differences, grads[{k!r}]: relative error {err:.1e}")
             if err > 1e-6:
                 raise Fail(f"grads[{k!r}] disagrees with centred finite differences (relative "
                            f"error {err:.1e})")
