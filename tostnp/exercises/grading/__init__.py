@@ -38,6 +38,6 @@ from .wire import MAX_MESSAGE, Lost
 
 __all__ = ["BLOCKED_MODULES", "CHILD", "Lost", "MAX_MESSAGE", "PACKAGE", "PHASES", "PRELOAD",
            "Plan", "RUBRIC", "Remote", "SANDBOX_PACKAGE", "Session", "Step", "WRITTEN_FIELDS",
-           "build_sandbox", "find_submissions", "grade_class", "limits_note", "notebook_stem", "plan",
-           "read_roster", "real_package_dirs", "run_submission", "site_dirs", "write_reports",
+           "build_sandbox", "find_submissions", "grade_class", "limits_note", "notebook_stem",
+           "plan", "read_roster", "real_package_dirs", "run_submission", "site_dirs", "write_reports",
            "written_questions", "written_score"]
