@@ -22,6 +22,7 @@ STEMS = [p.stem for p in nbk.notebooks()]
 # stand-in tostnp.exercises); a prefix ending in "." stands for a whole folder
 CAN_IMPORT = {
     "08_tost_block": {"tostnp.backend.", "tostnp.nn", "tostnp.nn.params", "tostnp.nn.layers",
+                      "tostnp.nn.loss",
                       "tostnp.nn.tssa", "tostnp.nn.tssa_heads", "tostnp.nn.tssa_causal"},
     "09_images": {"tostnp.backend.", "tostnp.nn.", "tostnp.models.", "tostnp.data."},
 }

@@ -98,24 +98,6 @@ def test_exercises_check(noposix, tmp_path):
         assert "1.00 / 1  PASS" in lines[name]
 
 
-@pytest.mark.slow
-@pytest.mark.parametrize("student", ["perfect", "loop_in_cell", "loop_in_function", "os_exit"])
-def test_grading_child_over_stdio_pipes(student, monkeypatch):
-    """The grader's Windows transport (grading.PIPES "stdio": the child's stdin and stdout as its
-    pipes, read on a thread with timeouts; Windows has no pass_fds and no select() on pipes),
-    run here: the same scores and reasons as the POSIX transport gives
-    (tests/test_exercises_grading.py), through an infinite loop, a restart and os._exit."""
-    pytest.importorskip("nbformat")
-    from tostnp.exercises import grading
-    from test_exercises_grading import CLASS, CELL_TIMEOUT, STEM
-    monkeypatch.setattr(grading, "PIPES", "stdio")
-    sub, scores, reasons = CLASS[student]
-    res = grading.run_submission(sub, STEM, hidden=False, cell_timeout=CELL_TIMEOUT)
-    assert {k: r["score"] for k, r in res["exercises"].items()} == scores
-    for name, word in reasons.items():
-        assert word in res["exercises"][name]["hint"], (name, res["exercises"][name]["hint"])
-
-
 def test_no_process_is_probed_with_kill_on_windows(tmp_path, monkeypatch):
     """On Windows os.kill(pid, 0) is TerminateProcess, not a probe: there the cleaner of stale
     temporaries keeps every other writer's temporary and never calls os.kill."""

@@ -257,7 +257,8 @@ def remove_stale_folders() -> list[str]:
         p = os.path.join(tmp, name)
         try:
             st = os.lstat(p)
-            if not stat.S_ISDIR(st.st_mode) or st.st_uid != os.getuid():
+            if not stat.S_ISDIR(st.st_mode) or (hasattr(os, "getuid")
+                                                   and st.st_uid != os.getuid()):
                 continue
             fd = os.open(os.path.join(p, "owner"), os.O_RDONLY | os.O_NOFOLLOW)
             with os.fdopen(fd, "rb") as f:

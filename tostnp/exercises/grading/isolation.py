@@ -138,8 +138,8 @@ def available() -> str:
     """``"bwrap"`` where bubblewrap is installed and starts a sandbox here (user namespaces may be
     refused, e.g. by Ubuntu 24.04's AppArmor rule), else ``"none"``. Asked once per process;
     ``TOSTNP_GRADING_ISOLATION=none`` forces ``"none"`` (what a machine without bwrap gets)."""
-    if os.environ.get("TOSTNP_GRADING_ISOLATION") == NONE:
-        return NONE
+    if os.environ.get("TOSTNP_GRADING_ISOLATION") == NONE or not hasattr(os, "geteuid"):
+        return NONE                       # (bubblewrap is Linux's: no POSIX user ids, no bwrap)
     if "result" not in available.__dict__:
         ok = False
         exe = _bwrap_exe()

@@ -23,12 +23,12 @@ BLOCKED_MODULES = ("autograd", "jax", "torch", "tensorflow", "sympy", "tostnp.ex
 # what each notebook's child can import.
 SANDBOX_PACKAGE = {
     "08_tost_block": {       # TSSA stays (8.3 may call it); nothing of LayerNorm, GELU, the MLP
-        "keep": ["tostnp.backend", "tostnp.nn.params", "tostnp.nn.layers", "tostnp.nn.tssa",
-                 "tostnp.nn.tssa_heads", "tostnp.nn.tssa_causal"],
+        "keep": ["tostnp.backend", "tostnp.nn.params", "tostnp.nn.layers", "tostnp.nn.loss",
+                 "tostnp.nn.tssa", "tostnp.nn.tssa_heads", "tostnp.nn.tssa_causal"],
         "drop": [],
         "empty": {"tostnp.backend.kernels": ["layer_norm_forward", "layer_norm_backward",
                                              "gelu_forward", "gelu_backward"]},
-        "only": {"tostnp.nn.layers": ["sum_leading"]},
+        "only": {"tostnp.nn.layers": ["sum_leading"], "tostnp.nn.loss": []},
         "init": {"tostnp.nn": ["tssa"]},
     },
     "09_images": {

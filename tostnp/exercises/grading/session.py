@@ -172,13 +172,13 @@ class Session:
         if self.proc is None:
             return
         pids = iso.tree(self.proc.pid) if sys.platform.startswith("linux") else []
-        for pid in pids:
+        for pid in pids if hasattr(signal, "SIGKILL") else ():
             try:
                 os.kill(pid, signal.SIGKILL)
             except (ProcessLookupError, PermissionError):
                 pass
         try:
-            if hasattr(os, "killpg"):
+            if hasattr(os, "killpg") and hasattr(signal, "SIGKILL"):
                 os.killpg(self.proc.pid, signal.SIGKILL)    # its session: the child and all
             else:
                 self.proc.kill()                            # Windows: TerminateProcess
