@@ -8,16 +8,20 @@ and crashes included), so a lock left by a dead process is never stale: the next
 takes it. The lock is re-entrant within a process (the CLI holds it around a whole command and
 :func:`tostnp.train.loop.train` takes it again). Where ``fcntl`` does not exist (Windows) the
 lock is a no-op. A directory the lock created is removed again when nothing else was written
-into it.
+into it. The lock file is opened without following a link and must be a regular file: a
+link (dangling or not) or a special file in its place is refused, so nothing outside the run
+directory is ever truncated or created through it.
 """
 from __future__ import annotations
 
 import contextlib
+import errno
 import os
+import stat
 import sys
 import time
 
-__all__ = ["run_lock", "RunDirectoryInUse", "LOCK_NAME"]
+__all__ = ["run_lock", "RunDirectoryInUse", "UnsafeLockFile", "LOCK_NAME"]
 
 LOCK_NAME = ".tostnp.lock"
 _held: dict = {}                 # real path of a directory -> [fd, depth] held by this process
@@ -25,6 +29,31 @@ _held: dict = {}                 # real path of a directory -> [fd, depth] held 
 
 class RunDirectoryInUse(OSError):
     """Another process is writing this run directory."""
+
+
+class UnsafeLockFile(OSError):
+    """The lock file's place holds a link or something other than a regular file."""
+
+
+def _open_lock_file(path: str) -> int:
+    """Open (creating if needed) the lock file itself: never through a link, never a FIFO or
+    device (O_NONBLOCK: opening a FIFO does not wait for a writer)."""
+    flags = (os.O_RDWR | os.O_CREAT | getattr(os, "O_NOFOLLOW", 0)
+             | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0))
+    why = (f"{path} is not a regular file (a link or a special file); tostnp writes its lock "
+           f"only into a file of its own: remove it and run again")
+    if os.path.islink(path):                  # also where O_NOFOLLOW does not exist
+        raise UnsafeLockFile(why)
+    try:
+        fd = os.open(path, flags, 0o644)
+    except OSError as e:
+        if e.errno in (errno.ELOOP, errno.EMLINK, errno.ENXIO, errno.EISDIR):
+            raise UnsafeLockFile(why) from None
+        raise
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        os.close(fd)
+        raise UnsafeLockFile(why)
+    return fd
 
 
 @contextlib.contextmanager
@@ -46,7 +75,7 @@ def run_lock(directory, what: str = "tostnp"):
             _held[key][1] -= 1
         return
     path = os.path.join(directory, LOCK_NAME)
-    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+    fd = _open_lock_file(path)
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except BlockingIOError:
