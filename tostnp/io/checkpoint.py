@@ -218,6 +218,9 @@ def _read_member(zf, info, npz_path):
         if dtype not in _DTYPES:
             raise ValueError(f"checkpoint {npz_path!r} member {info.filename!r} has dtype "
                              f"{dtype}; allowed: bool, int8-64, uint8-64, float32, float64")
+        if len(shape) > 32 or not all(isinstance(s, int) and s >= 0 for s in shape):
+            raise ValueError(f"checkpoint {npz_path!r} member {info.filename!r} declares shape "
+                             f"{str(shape)[:80]}; a shape is at most 32 sizes >= 0")
         count = 1
         for s in shape:
             count *= int(s)

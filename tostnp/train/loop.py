@@ -37,6 +37,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import stat
 import signal
 import threading
 import time
@@ -166,6 +167,8 @@ def read_metrics(path: str) -> list:
     dropped with a warning; a bad line anywhere else (not JSON, nested too deep, over 1 MB)
     raises ValueError naming the line.
     """
+    if not stat.S_ISREG(os.stat(path).st_mode):      # a FIFO would block, /dev/zero never end
+        raise ValueError(f"{path} is not a regular file")
     check_memory(2 * os.path.getsize(path), f"reading {path}")
     with open(path, "rb") as f:
         lines = f.read().split(b"\n")
@@ -192,7 +195,16 @@ class _MetricsFile:
     """Append-only metrics.jsonl: each record is ONE ``os.write`` of a whole line (O_APPEND)."""
 
     def __init__(self, path):
-        self.fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        flags = (os.O_WRONLY | os.O_APPEND | os.O_CREAT | getattr(os, "O_NONBLOCK", 0)
+                 | getattr(os, "O_NOFOLLOW", 0))            # never through a link, never wait
+        if os.path.islink(path):
+            raise ValueError(f"{path} is a link; tostnp appends only to a file of its own")
+        self.fd = os.open(path, flags, 0o644)
+        if not stat.S_ISREG(os.fstat(self.fd).st_mode):
+            os.close(self.fd)
+            raise ValueError(f"{path} is not a regular file")
+        if getattr(os, "O_NONBLOCK", 0):
+            os.set_blocking(self.fd, True)
 
     def write(self, rec: dict) -> None:
         data = (json.dumps(rec) + "\n").encode("utf-8")

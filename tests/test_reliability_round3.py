@@ -1,0 +1,239 @@
+"""Hostile values, round 3: every crafted field bounded where it is read, no traceback, no silent
+wrong answer. Each case runs the real command line under a 1 GiB address-space cap (2 GiB where
+the digits data load) through the launcher of ``test_reliability_bounds`` and must end in one
+line ``error: ...`` (exit 2) within memory, or in a correct run. Crafted checkpoints are written
+with ``save_checkpoint``, so their checksums pass: only the crafted field is wrong.
+
+Regenerate the case table: ``TOSTNP_CASE_TABLE=/tmp/t.md python -m pytest -q
+tests/test_reliability_round3.py``.
+"""
+from __future__ import annotations
+
+import gzip
+import json
+import os
+import struct
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from tostnp.io.checkpoint import load_checkpoint, save_checkpoint
+import test_reliability_bounds as rb
+from test_reliability_bounds import _capped, _env, TINY, ROOT, CAP
+
+pytestmark = pytest.mark.skipif(os.name == "nt", reason="the launcher caps memory with resource")
+
+
+def _refused(case, argv, *needles, cap=CAP):
+    return rb._refused(case, argv, *needles, cap=cap)
+
+
+@pytest.fixture(scope="module")
+def lm_run(tmp_path_factory):
+    """A tiny BPE language-model run stopped at step 2 of 4 (resumable), and its text."""
+    from tostnp.__main__ import main
+    d = tmp_path_factory.mktemp("r3")
+    text = d / "t.txt"
+    text.write_text("hello world, hello tokens. " * 40)
+    out = str(d / "lm")
+    assert main(["train", "lm", "--text", str(text), "--out", out, "--stop-at", "2",
+                 "--steps", "4", "--block-size", "16", "--batch-size", "4", "--tokenizer",
+                 "bpe", "--vocab-size", "40"] + TINY) == 0
+    return out, str(text)
+
+
+def _craft(src, dst, config=None, state=None, params=None):
+    p, c, e, s = load_checkpoint(os.path.join(src, "checkpoint"))
+    c = json.loads(json.dumps(c))
+    for k, v in (config or {}).items():
+        c[k] = v
+    s = json.loads(json.dumps(s))
+    for k, v in (state or {}).items():
+        s[k] = v
+    p.update(params or {})
+    os.makedirs(dst, exist_ok=True)
+    save_checkpoint(os.path.join(dst, "checkpoint"), p, c, extra_arrays=e, state=s)
+    return dst
+
+
+def test_tokenizer_of_doubling_merges_is_refused_before_building(lm_run, tmp_path):
+    src, _ = lm_run
+    _, c, _, _ = load_checkpoint(os.path.join(src, "checkpoint"))
+    tok = dict(c["tokenizer"])
+    n = len(tok["chars"])
+    tok["merges"] = [[0, 0]] + [[n + i, n + i] for i in range(30)]      # spells 2**31 chars
+    d = _craft(src, str(tmp_path / "m"), config={"tokenizer": tok})
+    for cmd in (["evaluate", "--checkpoint", d], ["sample", "--checkpoint", d, "--length", "5"]):
+        _refused(f"LM tokenizer of 31 doubling merges, {cmd[0]}", cmd + ["--max-memory-gb", "0.5"],
+                 "merges spell more than")
+
+
+@pytest.mark.parametrize("merge", [[1e400, 0], [0.5, 0], [True, 0], "ab", [0]])
+def test_bpe_merge_not_two_ids(lm_run, tmp_path, merge):
+    src, _ = lm_run
+    _, c, _, _ = load_checkpoint(os.path.join(src, "checkpoint"))
+    tok = dict(c["tokenizer"], merges=[merge])
+    d = _craft(src, str(tmp_path / "m"), config={"tokenizer": tok})
+    _refused(f"LM tokenizer merge {merge!r}, evaluate", ["evaluate", "--checkpoint", d],
+             "merge 0")
+
+
+@pytest.mark.parametrize("value", [1e300, 10 ** 40, -1, "x", None])
+def test_crafted_rng_state_resume(lm_run, tmp_path, value):
+    src, _ = lm_run
+    _, _, _, s = load_checkpoint(os.path.join(src, "checkpoint"))
+    ds = json.loads(json.dumps(s["data_state"]))
+    ds["rng"]["state"]["state"] = value
+    d = _craft(src, str(tmp_path / "r"), state={"data_state": ds})
+    _refused(f"LM checkpoint data RNG state {value!r}, train --resume",
+             ["train", "lm", "--out", d, "--resume", "--no-progress"], "random-number state")
+
+
+@pytest.mark.parametrize("value", [0, 10 ** 40, True, 1.5])
+def test_text_path_not_a_file_name(lm_run, tmp_path, value):
+    src, _ = lm_run
+    d = _craft(src, str(tmp_path / "t"), config={"text_path": value})
+    code, out, err, peak, wall = _capped(["evaluate", "--checkpoint", d])
+    rb._TABLE.append((f"LM checkpoint text_path {value!r}, evaluate", err.strip(), peak, wall))
+    # never reads standard input as the text: refused in one line
+    assert code == 2 and err.startswith("error: ") and len(err.strip().splitlines()) == 1, err
+    assert "text path must be a file name" in err
+
+
+def test_text_too_large_for_the_budget(tmp_path):
+    big = tmp_path / "big.txt"
+    with open(big, "w") as f:
+        line = "the quick brown fox jumps over the lazy dog\n" * 1000
+        for _ in range(900):                                             # ~40 MB
+            f.write(line)
+    _refused("train lm --text of 40 MB with --max-memory-gb 0.5",
+             ["train", "lm", "--text", str(big), "--out", str(tmp_path / "o"), "--steps", "2",
+              "--max-memory-gb", "0.5"] + TINY, "needs about")
+
+
+def test_mnist_gzip_bomb_is_stopped_by_the_budget(tmp_path):
+    d = tmp_path / "mnist"
+    d.mkdir()
+    with gzip.open(d / "train-images-idx3-ubyte.gz", "wb", compresslevel=1) as f:
+        f.write(struct.pack(">IIII", 2051, 60000, 28, 28))
+        zeros = bytes(1 << 24)
+        for _ in range(48):                                               # 800 MB inflated
+            f.write(zeros)
+    assert os.path.getsize(d / "train-images-idx3-ubyte.gz") < 8 << 20
+    for name, magic, n in (("train-labels-idx1-ubyte", 2049, 60000),
+                           ("t10k-images-idx3-ubyte", 2051, 10000),
+                           ("t10k-labels-idx1-ubyte", 2049, 10000)):
+        with open(d / name, "wb") as f:
+            f.write(struct.pack(">II", magic, n) + (struct.pack(">II", 28, 28) if magic == 2051
+                                                    else b""))
+    _refused("MNIST .gz of 1 MB inflating to 800 MB, --max-memory-gb 0.5",
+             ["train", "vision", "--data", "mnist", "--data-dir", str(d), "--out",
+              str(tmp_path / "o"), "--steps", "2", "--max-memory-gb", "0.5"] + TINY,
+             "inflated so far", cap=2 << 30)
+
+
+@pytest.mark.parametrize("kind", ["fifo", "devzero"])
+def test_metrics_file_not_regular_on_resume(lm_run, tmp_path, kind):
+    src, _ = lm_run
+    d = _craft(src, str(tmp_path / "k"))
+    m = os.path.join(d, "metrics.jsonl")
+    if kind == "fifo":
+        os.mkfifo(m)
+    else:
+        os.symlink("/dev/zero", m)
+    code, out, err, peak, wall = _capped(["train", "lm", "--out", d, "--resume",
+                                          "--no-progress", "--max-memory-gb", "0.5"])
+    rb._TABLE.append((f"metrics.jsonl is a {kind}, train --resume", err.strip(), peak, wall))
+    assert code == 2 and err.startswith("error: ") and len(err.strip().splitlines()) == 1, err
+    assert "not a regular file" in err or "is a link" in err
+    assert wall < 60 and peak < rb.PEAK_LIMIT
+
+
+def _st_header(tensors_meta: dict) -> bytes:
+    head = json.dumps(tensors_meta).encode()
+    return struct.pack("<Q", len(head)) + head
+
+
+def test_safetensors_huge_stem_index_and_width_zero(tmp_path):
+    meta = {"cls_token": {"dtype": "F32", "shape": [1, 1, 8], "data_offsets": [0, 32]},
+            "blocks.0.attn.temp": {"dtype": "F32", "shape": [2, 1], "data_offsets": [32, 40]},
+            "patch_embed.proj.20000000000.0.weight": {"dtype": "F32", "shape": [1],
+                                                      "data_offsets": [40, 44]}}
+    p = tmp_path / "big_index.safetensors"
+    p.write_bytes(_st_header(meta) + bytes(44))
+    _refused("safetensors header naming stem index 2e10, convert",
+             ["convert", str(p), str(tmp_path / "o1")], "index")
+    meta = {"cls_token": {"dtype": "F32", "shape": [1, 1, 0], "data_offsets": [0, 0]},
+            "blocks.0.attn.temp": {"dtype": "F32", "shape": [1, 1], "data_offsets": [0, 4]},
+            "blocks.0.mlp.fc1.weight": {"dtype": "F32", "shape": [1, 0], "data_offsets": [4, 4]}}
+    p = tmp_path / "width0.safetensors"
+    p.write_bytes(_st_header(meta) + bytes(4))
+    _refused("safetensors width 0, convert", ["convert", str(p), str(tmp_path / "o2")],
+             "width")
+
+
+def test_ascii_locale_help_and_seeds(tmp_path):
+    env = dict(_env(), PYTHONIOENCODING="ascii", LC_ALL="C", LANG="C")
+    r = subprocess.run([sys.executable, "-m", "tostnp", "train", "vision", "--help"], env=env,
+                       capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0 and "Traceback" not in r.stderr, r.stderr[-1500:]
+    assert "--seeds" in r.stdout
+    r = subprocess.run([sys.executable, "-m", "tostnp", "train", "vision", "--seeds", "0-1",
+                        "--out", str(tmp_path / "s"), "--steps", "2", "--batch-size", "16",
+                        *TINY], env=env, capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0 and "Traceback" not in r.stderr, r.stderr[-1500:]
+
+
+def test_sample_refuses_nan_logits(lm_run, tmp_path):
+    src, _ = lm_run
+    p, _, _, _ = load_checkpoint(os.path.join(src, "checkpoint"))
+    huge = {k: np.where(np.arange(v.size).reshape(v.shape) % 2, 1e30, -1e30).astype(v.dtype)
+            for k, v in p.items() if v.dtype.kind == "f"}
+    d = _craft(src, str(tmp_path / "n"), params=huge)
+    _refused("LM weights of +-1e30, sample", ["sample", "--checkpoint", d, "--length", "40",
+                                              "--prompt", "hello"],
+             "not finite")
+
+
+def test_convert_refuses_weights_beyond_float32(tmp_path):
+    from tostnp.__main__ import main
+    from safetensors.numpy import load_file, save_file
+    run, st = str(tmp_path / "v"), str(tmp_path / "v.safetensors")
+    assert main(["train", "vision", "--stem", "conv", "--pos", "fourier", "--gelu", "erf",
+                 "--out", run, "--steps", "1", "--batch-size", "8", "--width", "16",
+                 "--depth", "1", "--heads", "2", "--no-progress"]) == 0
+    # RUN/checkpoint.npz is a tostnp checkpoint, exported (not called "a PyTorch pickle")
+    code, out, err, peak, wall = _capped(["convert", os.path.join(run, "checkpoint.npz"), st,
+                                          "--dtype", "float64"])
+    assert code == 0, err
+    t = load_file(st)
+    name = next(k for k, v in t.items() if v.dtype == np.float64 and v.ndim == 2)
+    t[name] = t[name].copy()
+    t[name].flat[0] = 1e39
+    bad = str(tmp_path / "bad.safetensors")
+    save_file(t, bad)
+    _refused("float64 weight 1e39 (inf in float32), convert import",
+             ["convert", bad, str(tmp_path / "imp")], "beyond float32's range")
+    assert not os.path.exists(os.path.join(tmp_path, "imp", "checkpoint.npz"))
+    # a legal 247-byte file name works (the temporary has the target's own name)
+    long_name = str(tmp_path / ("x" * 235 + ".safetensors"))
+    code, out, err, peak, wall = _capped(["convert", run, long_name])
+    assert code == 0 and os.path.isfile(long_name), err
+
+
+def test_npy_member_of_negative_shape_names_the_file(lm_run, tmp_path):
+    import zipfile
+    from crafted import rewrite_member
+    src, _ = lm_run
+    d = _craft(src, str(tmp_path / "s"))
+    npz = os.path.join(d, "checkpoint.npz")
+    with zipfile.ZipFile(npz) as z:
+        member = next(n for n in z.namelist() if n.startswith("params/"))
+    header = "{'descr': '<f4', 'fortran_order': False, 'shape': (-1, -80), }"
+    header += " " * (117 - len(header)) + "\n"
+    raw = b"\x93NUMPY\x01\x00" + struct.pack("<H", len(header)) + header.encode() + bytes(320)
+    rewrite_member(npz, member, raw)
+    _refused("checkpoint member of shape (-1, -80), evaluate", ["evaluate", "--checkpoint", d],
+             "checkpoint.npz", member)
