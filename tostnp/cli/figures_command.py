@@ -32,21 +32,18 @@ def run(args) -> int:
     from ..analysis.figures import vision_figures
     from ..io.atomic import clean_stale_temporaries
     from ..io.checkpoint import resolve_checkpoint
-    from ..io.runlock import RunDirectoryInUse, run_lock
+    from ..io.runlock import RunDirectoryInUse, held_by
     prefix = resolve_checkpoint(args.checkpoint)
     run_dir = os.path.dirname(os.path.abspath(prefix))
     out = run_dir if args.out is None else args.out
-    try:
-        with run_lock(out, "figures"):     # never into a folder another process writes
-            return _write(args, xp, vision_figures, clean_stale_temporaries, prefix, out)
-    except RunDirectoryInUse:
+    holder = held_by(out) if os.path.isdir(out) else None
+    if holder is not None:             # never write into a folder another process writes
         if args.out is not None:
-            raise
-    out = run_dir.rstrip(os.sep) + "-figures"
-    print(f"note: {run_dir} is being written by a training run; the figures go to {out}",
-          file=sys.stderr)
-    with run_lock(out, "figures"):
-        return _write(args, xp, vision_figures, clean_stale_temporaries, prefix, out)
+            raise RunDirectoryInUse(f"{out} is in use by {holder}; choose another --out")
+        out = run_dir.rstrip(os.sep) + "-figures"
+        print(f"note: {run_dir} is being written by {holder}; the figures go to {out}",
+              file=sys.stderr)
+    return _write(args, xp, vision_figures, clean_stale_temporaries, prefix, out)
 
 
 def _write(args, xp, vision_figures, clean_stale_temporaries, prefix, out) -> int:

@@ -44,6 +44,7 @@ OPTION_CLASSES = {"vision": (VisionConfig, TrainConfig, VisionData, VisionTrainP
                              RunOptions),
                   "lm": (LMConfig, TrainConfig, LMData, RunOptions)}
 
+MAX_EVAL_BATCHES = 10_000       # --eval-batches, and the same field read from a checkpoint
 _SIZE = {k: bounded(int, 1, v) for k, v in SIZE_LIMITS.items()}
 _SCALE = bounded(float, 0.0, 1e3)
 
@@ -111,7 +112,7 @@ def add_arguments(parser) -> None:
                         "which also drops tiny-lm's LayerNorm shifts) [preset]")
     m.add_argument("--gelu", choices=["tanh", "erf"], default=None,
                    help="GELU form (the published models use erf) [preset]")
-    m.add_argument("--eval-batches", type=bounded(int, 1, 10_000), default=None,
+    m.add_argument("--eval-batches", type=bounded(int, 1, MAX_EVAL_BATCHES), default=None,
                    help=f"validation batches per evaluation [{LMData.eval_batches}]")
     m.add_argument("--word-rate-samples", type=bounded(int, 0, 100), default=None,
                    help="samples (prompt 'The ', 1000 characters, seeds 0..N-1) whose word rate "

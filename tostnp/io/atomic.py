@@ -30,7 +30,7 @@ import re
 import stat
 import tempfile
 
-__all__ = ["atomic_path", "atomic_write_bytes", "atomic_write_text", "atomic_savefig",
+__all__ = ["atomic_path", "atomic_write_bytes", "atomic_write_text", "atomic_savefig", "writer_gone",
            "clean_stale_temporaries"]
 
 _PREFIX = ".tostnp-tmp-"
@@ -85,7 +85,7 @@ def atomic_path(path):
     _fsync_path(d, directory=True)
 
 
-def _writer_gone(pid: int) -> bool:
+def writer_gone(pid: int) -> bool:
     """Whether the process that made a temporary folder no longer runs."""
     if pid == os.getpid():
         return True                      # ours, and not in _active: a failed earlier write
@@ -112,7 +112,7 @@ def clean_stale_temporaries(directory, name: str = "*") -> list:
     for entry in entries:
         m = _TMPDIR.match(entry)
         folder = os.path.join(directory, entry)
-        if m is None or folder in _active or not _writer_gone(int(m.group(1))):
+        if m is None or folder in _active or not writer_gone(int(m.group(1))):
             continue
         try:
             if not stat.S_ISDIR(os.lstat(folder).st_mode):

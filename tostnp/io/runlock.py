@@ -21,7 +21,7 @@ import stat
 import sys
 import time
 
-__all__ = ["run_lock", "RunDirectoryInUse", "UnsafeLockFile", "LOCK_NAME"]
+__all__ = ["run_lock", "held_by", "RunDirectoryInUse", "UnsafeLockFile", "LOCK_NAME"]
 
 LOCK_NAME = ".tostnp.lock"
 _held: dict = {}                 # real path of a directory -> [fd, depth] held by this process
@@ -54,6 +54,29 @@ def _open_lock_file(path: str) -> int:
         os.close(fd)
         raise UnsafeLockFile(why)
     return fd
+
+
+def held_by(directory) -> str | None:
+    """Who holds ``directory``'s lock now (its note), or None: for a reader that writes beside
+    a run and must keep out of one being written, without creating a lock file of its own."""
+    try:
+        import fcntl
+    except ImportError:
+        return None
+    path = os.path.join(directory, LOCK_NAME)
+    if not os.path.lexists(path):
+        return None
+    fd = _open_lock_file(path)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        try:
+            return os.pread(fd, 4096, 0).decode("utf-8", "replace").strip() or "another process"
+        except OSError:
+            return "another process"
+    finally:
+        os.close(fd)                              # releases the probe's own flock, if taken
+    return None
 
 
 @contextlib.contextmanager
