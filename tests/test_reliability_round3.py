@@ -237,3 +237,115 @@ def test_npy_member_of_negative_shape_names_the_file(lm_run, tmp_path):
     rewrite_member(npz, member, raw)
     _refused("checkpoint member of shape (-1, -80), evaluate", ["evaluate", "--checkpoint", d],
              "checkpoint.npz", member)
+
+
+@pytest.fixture(scope="module")
+def vision_done(tmp_path_factory):
+    """A tiny finished vision run."""
+    from tostnp.__main__ import main
+    out = str(tmp_path_factory.mktemp("r3v") / "v")
+    assert main(["train", "vision", "--out", out, "--steps", "3", "--batch-size", "16",
+                 "--eval-every", "0"] + TINY) == 0
+    return out
+
+
+def _snapshot(d):
+    return {f: open(os.path.join(d, f), "rb").read() for f in sorted(os.listdir(d))
+            if not f.startswith(".")}
+
+
+@pytest.mark.parametrize("case,argv", [
+    ("--data mnist without --data-dir", ["--data", "mnist"]),
+    ("warmup > steps", ["--warmup-steps", "50", "--steps", "10"]),
+    ("batch > images", ["--batch-size", "100000"]),
+])
+def test_overwrite_refused_keeps_the_old_run(vision_done, tmp_path, case, argv):
+    import shutil
+    d = str(tmp_path / "run")
+    shutil.copytree(vision_done, d)
+    before = _snapshot(d)
+    _refused(f"train vision --overwrite, then refused: {case}",
+             ["train", "vision", "--out", d, "--overwrite"] + TINY + argv)
+    assert _snapshot(d) == before                  # the old run, every byte, still there
+    assert not [e for e in os.listdir(d) if e.startswith(".tostnp-replaced")]
+
+
+def test_overwrite_lm_missing_text_keeps_the_old_run(lm_run, tmp_path):
+    import shutil
+    src, _ = lm_run
+    d = str(tmp_path / "run")
+    shutil.copytree(src, d)
+    before = _snapshot(d)
+    _refused("train lm --overwrite --text missing.txt", ["train", "lm", "--out", d, "--overwrite",
+                                                        "--text", str(tmp_path / "missing.txt")]
+             + TINY, "does not exist")
+    assert _snapshot(d) == before
+
+
+def test_overwrite_killed_before_its_first_checkpoint_is_put_back(vision_done, tmp_path):
+    import shutil
+    d = str(tmp_path / "run")
+    shutil.copytree(vision_done, d)
+    before = _snapshot(d)
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()
+    aside = os.path.join(d, f".tostnp-replaced-{dead.pid}-abcd1234")    # as a killed run left it
+    os.mkdir(aside)
+    for f in ("checkpoint.npz", "checkpoint.json", "metrics.jsonl"):
+        os.replace(os.path.join(d, f), os.path.join(aside, f))
+    code, out, err, peak, wall = _capped(["evaluate", "--checkpoint", d])
+    assert code == 2                               # until a train command settles it
+    _refused("train vision into a run whose --overwrite was killed",
+             ["train", "vision", "--out", d] + TINY, "already holds a run")
+    assert _snapshot(d) == before and not os.path.exists(aside)
+
+
+def test_eval_batches_in_checkpoint_bounded(lm_run, tmp_path):
+    src, _ = lm_run
+    d = _craft(src, str(tmp_path / "e"), config={"eval_batches": 10 ** 9})
+    _refused("LM checkpoint eval_batches = 1e9, train --resume",
+             ["train", "lm", "--out", d, "--resume", "--no-progress"], "eval_batches")
+
+
+def test_finished_run_without_metrics_resumes_to_its_result(vision_done, tmp_path):
+    import shutil
+    d = str(tmp_path / "run")
+    shutil.copytree(vision_done, d)
+    os.unlink(os.path.join(d, "metrics.jsonl"))
+    os.unlink(os.path.join(d, "result.json"))
+    code, out, err, peak, wall = _capped(["train", "vision", "--out", d, "--resume",
+                                          "--no-progress"], cap=2 << 30)
+    assert code == 0, err
+    assert "already finished" in out and "stopped at step" not in out
+    with open(os.path.join(d, "result.json")) as f:
+        res = json.load(f)
+    assert res["steps"] == 3 and 0.0 <= res["test_acc"] <= 1.0
+
+
+def test_sigterm_during_an_evaluation_stops_at_once(lm_run, tmp_path):
+    import signal
+    import time
+    src, _ = lm_run
+    d = _craft(src, str(tmp_path / "s"), config={"eval_batches": 10_000})
+    env = _env()
+    p = subprocess.Popen([sys.executable, "-m", "tostnp", "train", "lm", "--out", d, "--resume",
+                          "--no-progress"], env=env, stdout=subprocess.PIPE,
+                         stderr=subprocess.PIPE, text=True)
+    # wait until the training reached its final evaluation (the last step's record is written)
+    t0 = time.monotonic()
+    while time.monotonic() - t0 < 120:
+        m = os.path.join(d, "metrics.jsonl")
+        if os.path.exists(m) and '"step": 4' in open(m).read():
+            break
+        time.sleep(0.05)
+    time.sleep(0.5)
+    p.send_signal(signal.SIGTERM)
+    try:
+        out, err = p.communicate(timeout=30)
+    except subprocess.TimeoutExpired:
+        p.kill()
+        raise AssertionError("SIGTERM did not stop the evaluation")
+    assert p.returncode == 143, err[-1500:]
+    assert "Traceback" not in err
+    _, _, _, state = load_checkpoint(os.path.join(d, "checkpoint"))
+    assert state["step"] == 4                      # the last step was saved
