@@ -397,9 +397,6 @@ def update_step(opt, grads, loss, step: int, tcfg, explain=None):
     return loss_f, gnorm, lr
 
 
-_make_opt = make_optimizer      # the old name, for benchmarks/peer_torch.py until it moves
-
-
 def save(path, task, params, opt, step, tcfg) -> None:
     """Checkpoint: parameters, optimizer state, step, the task's data/RNG state, the configs."""
     config = {"task": task.kind, "model": asdict(task.cfg), "train": asdict(tcfg), **task.meta()}
