@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 from ..models import configs as C
 from ..nn.mixers import MIXERS
-from ..train.defaults import (MAX_STEPS, MAX_BATCH, TrainConfig, VisionData, LMData,
+from ..train.defaults import (MAX_STEPS, MAX_BATCH, MAX_RATE, TrainConfig, VisionData, LMData,
                               VisionTrainPreset, default_data_config)
 from ..models.configs import (SIZE_LIMITS, DEFAULT_PRESET, VisionConfig, LMConfig, option,
                               option_fields)
@@ -126,13 +126,13 @@ def _add_common(p, kind) -> None:
     add_device_argument(p)
     p.add_argument("--steps", type=bounded(int, 1, MAX_STEPS), default=None,
                    help="optimizer updates (overrides epochs) [preset]")
-    p.add_argument("--lr", type=bounded(float, 0.0, 10.0, open_lo=True), default=None,
+    p.add_argument("--lr", type=bounded(float, 0.0, MAX_RATE, open_lo=True), default=None,
                    help="peak learning rate [preset]")
-    p.add_argument("--min-lr", type=bounded(float, 0.0, 10.0), default=None,
+    p.add_argument("--min-lr", type=bounded(float, 0.0, MAX_RATE), default=None,
                    help="final learning rate [lr/10]")
     p.add_argument("--warmup-steps", type=bounded(int, 0, MAX_STEPS), default=None,
                    help="linear warm-up updates, at most --steps [preset]")
-    p.add_argument("--weight-decay", type=bounded(float, 0.0, 10.0), default=None,
+    p.add_argument("--weight-decay", type=bounded(float, 0.0, MAX_RATE), default=None,
                    help="AdamW's weight decay [preset]")
     p.add_argument("--batch-size", type=bounded(int, 1, MAX_BATCH), default=None,
                    help="examples per update (checked against the memory available) [preset]")
