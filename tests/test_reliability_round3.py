@@ -4,8 +4,8 @@ the digits data load) through the launcher of ``test_reliability_bounds`` and mu
 line ``error: ...`` (exit 2) within memory, or in a correct run. Crafted checkpoints are written
 with ``save_checkpoint``, so their checksums pass: only the crafted field is wrong.
 
-Regenerate the case table: ``TOSTNP_CASE_TABLE=/tmp/t.md python -m pytest -q
-tests/test_reliability_round3.py``.
+Regenerate the case table (docs/results/reliability-cases.md, round 3):
+``TOSTNP_CASE_TABLE_ROUND3=/tmp/t.md python -m pytest -q tests/test_reliability_round3.py``.
 """
 from __future__ import annotations
 
@@ -28,6 +28,22 @@ pytestmark = pytest.mark.skipif(os.name == "nt", reason="the launcher caps memor
 
 def _refused(case, argv, *needles, cap=CAP):
     return rb._refused(case, argv, *needles, cap=cap)
+
+
+@pytest.fixture(scope="module", autouse=True)
+def case_table():
+    """The cases of this module, as rows of the case table (when asked for)."""
+    first = len(rb._TABLE)
+    yield
+    path = os.environ.get("TOSTNP_CASE_TABLE_ROUND3")
+    if path and len(rb._TABLE) > first:
+        lines = ["| case | message (stderr) | peak RSS | wall |", "|---|---|---|---|"]
+        for case, msg, peak, wall in rb._TABLE[first:]:
+            m = msg.replace("|", "\\|").replace("\n", " ")
+            m = m if len(m) < 400 else m[:400] + " …"
+            lines.append(f"| {case} | {m} | {peak / 1e6:.0f} MB | {wall:.2f} s |")
+        with open(path, "w") as f:
+            f.write("\n".join(lines) + "\n")
 
 
 @pytest.fixture(scope="module")
@@ -349,3 +365,33 @@ def test_sigterm_during_an_evaluation_stops_at_once(lm_run, tmp_path):
     assert "Traceback" not in err
     _, _, _, state = load_checkpoint(os.path.join(d, "checkpoint"))
     assert state["step"] == 4                      # the last step was saved
+
+
+_AS_RUN_PY = r"""
+import os, signal, sys
+signal.signal(signal.SIGINT, signal.SIG_IGN)        # as run.py execs tostnp
+os.execve(sys.executable, [sys.executable, "-m", "tostnp"] + sys.argv[1:],
+          dict(os.environ, TOSTNP_SIGINT_DEFERRED="1"))
+"""
+
+
+@pytest.mark.parametrize("launcher, delay", [("run.py", 0.1), ("run.py", 0.2), ("run.py", 0.3),
+                                             ("run.py", 1.0), ("-m", 0.5), ("-m", 1.0),
+                                             ("-m", 2.0)])
+def test_ctrl_c_while_starting_is_one_line(tmp_path, launcher, delay):
+    """Ctrl-C at any moment of the start: one line or none, never a traceback. Started as
+    ``run.py`` starts it, from the very first moment; as ``python -m tostnp``, from the moment
+    tostnp's code runs (before that, CPython's own start is not tostnp's to change)."""
+    import signal
+    import time
+    argv = ["train", "vision", "--out", str(tmp_path / "o"), "--steps", "3"] + TINY
+    cmd = ([sys.executable, "-c", _AS_RUN_PY] if launcher == "run.py"
+           else [sys.executable, "-m", "tostnp"]) + argv
+    p = subprocess.Popen(cmd, env=_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                         text=True)
+    time.sleep(delay)
+    p.send_signal(signal.SIGINT)
+    out, err = p.communicate(timeout=120)
+    assert "Traceback" not in err, err[-2000:]
+    assert len(err.strip().splitlines()) <= 1, err[-2000:]
+    assert p.returncode in (0, 130, -signal.SIGINT), (p.returncode, err)

@@ -21,6 +21,18 @@ def running_as_program() -> bool:
     return arg0 == "-m" or name in ("tostnp", "tostnp.exe", "tostnp-script.py")
 
 
+DEFERRED = "TOSTNP_SIGINT_DEFERRED"   # set by run.py, which starts tostnp with SIGINT ignored
+
+
 def quiet_interrupts() -> None:
-    if running_as_program():
-        sys.excepthook = _quiet
+    """The hook above; and where ``run.py`` started this process with SIGINT ignored (so that a
+    Ctrl-C during the interpreter's own start, before any of this runs, cannot print CPython's
+    traceback), Ctrl-C is turned back on from here."""
+    if not running_as_program():
+        return
+    sys.excepthook = _quiet
+    import os
+    if os.environ.pop(DEFERRED, None) == "1":
+        import signal
+        if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+            signal.signal(signal.SIGINT, signal.default_int_handler)
