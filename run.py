@@ -119,6 +119,12 @@ def main(argv: list[str]) -> int:
         # tostnp itself, with no launcher in between to print a traceback or lose a signal.
         if cwd:
             os.chdir(cwd)
+        if argv[0] not in ("test", "book"):
+            # Ctrl-C ignored across the exec until tostnp turns it back on (tostnp/_startup.py):
+            # one pressed while Python itself starts would print CPython's traceback
+            import signal
+            signal.signal(signal.SIGINT, signal.SIG_IGN)
+            env["TOSTNP_SIGINT_DEFERRED"] = "1"
         sys.stdout.flush()
         os.execve(cmd[0] if os.path.isabs(cmd[0]) else _which(cmd[0]), cmd, env)
     # Windows: Ctrl-C reaches every process of the console; wait for the command's own ending.

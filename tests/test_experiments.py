@@ -110,7 +110,7 @@ def test_quick_experiment_end_to_end(name, tmp_path, capsys, monkeypatch):
                 assert m == pytest.approx(np.mean(vals))
                 assert e["std"][k] == pytest.approx(np.std(vals, ddof=1), abs=1e-12)
     assert os.path.getsize(os.path.join(out, f"{name}.png")) > 5000
-    assert not [f for f in os.listdir(out) if ".tmp" in f]
+    assert not [f for f in os.listdir(out) if "tmp" in f]
     report = markdown_report(out, "docs/experiments")
     assert data["command"] in report and data["table"] in report
     assert f"![{name}](docs/experiments/{name}.png)" in report

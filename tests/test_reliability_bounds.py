@@ -371,7 +371,7 @@ def test_second_training_on_one_folder_refused_first_finishes_intact(tmp_path):
     params, cfg, _, state = load_checkpoint(str(out / "checkpoint"))
     assert state["step"] == 300 and cfg["train"]["seed"] == 0     # the first run's, whole
     assert json.load(open(out / "result.json"))["seed"] == 0
-    assert [f for f in os.listdir(out) if ".tmp" in f] == []
+    assert [f for f in os.listdir(out) if "tmp" in f] == []
 
 
 @pytest.mark.slow
@@ -413,19 +413,32 @@ def test_temporaries_carry_their_writer_and_only_dead_ones_are_cleaned(tmp_path)
     dead = subprocess.Popen([sys.executable, "-c", "pass"])
     dead.wait()
     try:
-        mine = tmp_path / f".checkpoint.npz.{live.pid}-abc123.tmp.npz"
-        theirs = tmp_path / f".curves.png.{dead.pid}-xyz_9.tmp.png"
+        (tmp_path / f".tostnp-tmp-{live.pid}-abc123xy").mkdir()
+        (tmp_path / f".tostnp-tmp-{dead.pid}-xyz_9abc").mkdir()
+        mine = tmp_path / f".tostnp-tmp-{live.pid}-abc123xy" / "checkpoint.npz"
+        theirs = tmp_path / f".tostnp-tmp-{dead.pid}-xyz_9abc" / "curves.png"
         mine.write_bytes(b"PK in flight")
         theirs.write_bytes(b"")                          # a 0-byte figure temporary
+        # names a user may well have: never removed
+        user = [tmp_path / ".notes.txt.tmp", tmp_path / f".backup.{dead.pid}-a.tmp",
+                tmp_path / f".curves.png.{dead.pid}-xyz_9.tmp.png"]
+        for u in user:
+            u.write_bytes(b"user data")
+        os.symlink(str(tmp_path / "elsewhere"), tmp_path / f".tostnp-tmp-{dead.pid}-linklink")
         removed = clean_stale_temporaries(tmp_path)
         assert removed == [str(theirs)] and mine.exists()
+        assert not theirs.parent.exists()                # its folder, now empty, goes too
+        assert all(u.read_bytes() == b"user data" for u in user)
+        assert os.path.islink(tmp_path / f".tostnp-tmp-{dead.pid}-linklink")
     finally:
         live.kill()
         live.wait()
     with atomic_path(tmp_path / "f.txt") as tmp:
-        assert f".f.txt.{os.getpid()}-" in tmp
+        assert os.path.basename(os.path.dirname(tmp)).startswith(f".tostnp-tmp-{os.getpid()}-")
         assert clean_stale_temporaries(tmp_path, "f.txt") == []    # ours, in flight: kept
         open(tmp, "w").write("x")
+    assert (tmp_path / "f.txt").read_text() == "x"
+    assert not [e for e in os.listdir(tmp_path) if e.startswith(f".tostnp-tmp-{os.getpid()}")]
 
 
 # ---------------------------------------------------------------------------------------------

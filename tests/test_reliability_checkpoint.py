@@ -70,13 +70,25 @@ def test_crash_at_each_rename_leaves_a_complete_checkpoint(tmp_path, monkeypatch
 
 
 def test_temporaries_of_a_killed_save_are_cleaned(tmp_path):
+    import subprocess
+    import sys
     prefix = str(tmp_path / "ckpt")
     _save(prefix, 1)
-    junk = [tmp_path / ".ckpt.npz.abc123.tmp", tmp_path / ".ckpt.json.xyz.tmp"]
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()
+    folder = tmp_path / f".tostnp-tmp-{dead.pid}-abcd_123"     # a killed writer's folder
+    folder.mkdir()
+    junk = [folder / "ckpt.npz", folder / "ckpt.json"]
     for j in junk:
         j.write_bytes(b"PK\x03\x04 half a checkpoint")
+    # a user's own files that merely look like temporaries are never touched
+    users = [tmp_path / ".ckpt.npz.abc123.tmp", tmp_path / ".ckpt.json.xyz.tmp"]
+    for u in users:
+        u.write_bytes(b"mine")
     _save(prefix, 2)
-    assert sorted(os.listdir(tmp_path)) == ["ckpt.json", "ckpt.npz"]
+    assert sorted(os.listdir(tmp_path)) == sorted(["ckpt.json", "ckpt.npz"]
+                                                  + [u.name for u in users])
+    assert all(u.read_bytes() == b"mine" for u in users)
     assert _consistent(prefix) == 2
 
 

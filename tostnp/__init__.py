@@ -12,6 +12,8 @@ Tokens are rows: arrays of shape (..., n, d). The core objective (book/02_coding
 
 Layers with hand-derived backward passes live in :mod:`tostnp.nn`.
 """
+from ._startup import quiet_interrupts as _quiet
+_quiet()                 # first: Ctrl-C while the CLI starts is one line, not a traceback
 from . import backend  # noqa: F401  (first: tostnp.backend.openblas acts before NumPy loads)
 from .math.objective import coding_rate, compression, rate_reduction
 from .math.variational import (variational_compression, variational_compression_grad, tssa_step,

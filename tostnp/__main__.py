@@ -56,6 +56,7 @@ def main(argv=None) -> int:
     bad input, files, checkpoints, a run directory in use and sizes that do not fit in memory
     exit 2; a diverged training run exits 1; SIGINT/SIGTERM
     during training save a checkpoint and exit 130/143."""
+    _output_any_locale()
     try:
         args = build_parser().parse_args(argv)
     except KeyboardInterrupt:
@@ -88,6 +89,17 @@ def main(argv=None) -> int:
     except KeyboardInterrupt:
         print(f"interrupted; {_again(args, argv)}", file=sys.stderr)
         return 130
+
+
+def _output_any_locale() -> None:
+    """Output that works in any locale: in an ASCII one (LANG=C, some CI runners and Windows
+    consoles) a character such as '±' is written as '\\xb1' instead of raising
+    UnicodeEncodeError."""
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.reconfigure(errors="backslashreplace")
+        except (AttributeError, ValueError, OSError):   # not a text stream of io's: leave it
+            pass
 
 
 def _again(args, argv) -> str:

@@ -6,6 +6,20 @@ import numpy as np
 from .arrays import from_host
 
 
+def _check_pcg64_state(state) -> None:
+    def ok_int(v, bits):
+        return isinstance(v, int) and not isinstance(v, bool) and 0 <= v < (1 << bits)
+    inner = state.get("state") if isinstance(state, dict) else None
+    if not (isinstance(state, dict) and state.get("bit_generator") == "PCG64"
+            and isinstance(inner, dict) and ok_int(inner.get("state"), 128)
+            and ok_int(inner.get("inc"), 128) and state.get("has_uint32") in (0, 1)
+            and not isinstance(state.get("has_uint32"), bool)
+            and ok_int(state.get("uinteger"), 32)):
+        raise ValueError(f"random-number state must be PCG64's (bit_generator 'PCG64', state "
+                         f"and inc integers in [0, 2**128), has_uint32 0 or 1, uinteger in "
+                         f"[0, 2**32)), got {str(state)[:200]}")
+
+
 class RNG:
     """Seeded random numbers for every backend.
 
@@ -24,6 +38,9 @@ class RNG:
         return self._gen.bit_generator.state
 
     def set_state(self, state: dict) -> None:
+        """Restore a state from :meth:`get_state` (read from a file: every field is checked,
+        ValueError naming the first that is not what PCG64 keeps)."""
+        _check_pcg64_state(state)
         self._gen.bit_generator.state = state
 
     # --- draws -----------------------------------------------------------------------------

@@ -67,12 +67,26 @@ def _is_pickle(path: str) -> bool:
 
 def run(args) -> int:
     src = args.src
+    if os.path.isfile(src) and src.endswith(".npz") and _is_tostnp_checkpoint(src):
+        return _export(args)            # RUN/checkpoint.npz: a tostnp checkpoint, not a pickle
     if os.path.isfile(src) and _is_pickle(src):
         return _refuse_pickle(src)
     if src.endswith(".safetensors") or (os.path.isfile(src) and
                                         not src.endswith((".json", ".npz"))):
         return _import(args)
     return _export(args)
+
+
+def _is_tostnp_checkpoint(path: str) -> bool:
+    """A zip whose members are tostnp's (``__meta__.npy``, ``params/...``): checked by name
+    in the zip directory, nothing is unpickled."""
+    import zipfile
+    try:
+        with zipfile.ZipFile(path) as z:
+            names = z.namelist()
+    except (OSError, zipfile.BadZipFile, ValueError):
+        return False
+    return "__meta__.npy" in names or any(n.startswith("params/") for n in names)
 
 
 def _refuse_pickle(src: str) -> int:
@@ -189,8 +203,15 @@ def _import_locked(args) -> int:
     xp = backend.get_xp("cpu")
     # row-major copies, like every tostnp array (BLAS may round a transposed view differently,
     # and bit-exact round trips need the same rounding)
-    params = {k: backend.from_host(xp, np.asarray(v, dtype=np.float32, order="C"))
-              for k, v in host.items()}
+    params = {}
+    for k, v in host.items():
+        with np.errstate(over="ignore"):
+            a = np.asarray(v, dtype=np.float32, order="C")
+        if not np.all(np.isfinite(a)):   # finite in float64, beyond float32's range
+            raise InterchangeError(f"{src}: weights {k!r} hold values beyond float32's range "
+                                   f"(largest |x| = {float(np.max(np.abs(v))):.3g}); tostnp "
+                                   f"trains in float32, so this model cannot be imported")
+        params[k] = backend.from_host(xp, a)
     config = dict(base) if base is not None else _bare_config(kind)
     config["task"] = kind
     config["model"] = dataclasses.asdict(cfg)

@@ -47,8 +47,10 @@ def run(args) -> int:
     if not args.prompt:
         raise ValueError("--prompt must contain at least one character")
     tok.encode(args.prompt)                           # every character known?
-    text = sample_text(params, cfg, tok, args.prompt, args.length,
-                       temperature=args.temperature, top_k=args.top_k, seed=args.seed)
+    import numpy as np
+    with np.errstate(over="ignore", invalid="ignore"):   # overflowing weights: one line below
+        text = sample_text(params, cfg, tok, args.prompt, args.length,
+                           temperature=args.temperature, top_k=args.top_k, seed=args.seed)
     print(args.prompt + text)
     from ..analysis.wordrate import vocabulary, word_rate
     from .options import lm_training_text

@@ -24,7 +24,10 @@ built (:mod:`tostnp.models.memory`; ``--max-memory-gb`` sets the limit).
 # train_seeds (--seeds); here: the job as a whole and the run directory.
 from __future__ import annotations
 
+import contextlib
 import os
+import re
+import tempfile
 
 from .. import backend
 from ..train.seeds import parse_seeds
@@ -64,22 +67,70 @@ def run(args) -> int:
 
 def run_one(args, xp):
     """One run of ``train vision`` or ``train lm`` -> (exit status, result dict or None), holding
-    the run directory's lock throughout."""
+    the run directory's lock throughout. With --overwrite the old run is moved aside, not
+    deleted, until the new one has saved a checkpoint: a new run refused before that (a bad
+    option, data that cannot load, Ctrl-C) puts the old run back as it was."""
     with run_lock(args.out, f"train {args.model}"):
-        _prepare_out(args)
-        return _RUNS[args.model](args, xp)
+        aside = _prepare_out(args)
+        try:
+            status = _RUNS[args.model](args, xp)
+        except BaseException:
+            if aside is not None:
+                _settle(args.out, aside)
+            raise
+        if aside is not None:
+            _settle(args.out, aside)
+        return status
 
 
-def _prepare_out(args) -> None:
+_ASIDE = re.compile(r"^\.tostnp-replaced-(\d+)-[a-z0-9_]{8}$")
+
+
+def _prepare_out(args):
     """Under the run directory's lock: a directory that holds a run needs --resume (checked
-    when the checkpoint is read) or --overwrite (its run files are removed here)."""
+    when the checkpoint is read) or --overwrite (its run files are moved into a folder of this
+    process's, returned). An earlier --overwrite killed before its new run saved anything is
+    put back first."""
+    _recover_killed_overwrites(args.out)
     if args.resume:
-        return
-    found = [f for f in RUN_FILES if os.path.exists(os.path.join(args.out, f))]
+        return None
+    found = [f for f in RUN_FILES if os.path.lexists(os.path.join(args.out, f))]
     if not found:
-        return
+        return None
     if not args.overwrite:
         raise ValueError(f"{args.out} already holds a run ({', '.join(found)}); continue it "
                          f"with --resume, or replace it with --overwrite")
-    for f in found:
-        os.unlink(os.path.join(args.out, f))
+    aside = tempfile.mkdtemp(dir=args.out, prefix=f".tostnp-replaced-{os.getpid()}-")
+    for f in found:                   # renames within one directory: atomic, nothing copied
+        os.replace(os.path.join(args.out, f), os.path.join(aside, f))
+    return aside
+
+
+def _settle(out, aside) -> None:
+    """The new run saved a checkpoint: the old one goes. Otherwise the old one comes back."""
+    if os.path.exists(os.path.join(out, "checkpoint.npz")):
+        for f in os.listdir(aside):
+            if f in RUN_FILES:
+                os.unlink(os.path.join(aside, f))
+    else:
+        for f in os.listdir(aside):
+            if f in RUN_FILES:
+                os.replace(os.path.join(aside, f), os.path.join(out, f))
+    with contextlib.suppress(OSError):
+        os.rmdir(aside)
+
+
+def _recover_killed_overwrites(out) -> None:
+    """Folders of --overwrite runs whose process is gone (killed, so :func:`_settle` never
+    ran): settled now, by the same rule."""
+    from ..io.atomic import writer_gone
+    try:
+        entries = os.listdir(out)
+    except OSError:
+        return
+    for entry in entries:
+        m = _ASIDE.match(entry)
+        folder = os.path.join(out, entry)
+        if m and writer_gone(int(m.group(1))) and os.path.isdir(folder) \
+                and not os.path.islink(folder):
+            _settle(out, folder)

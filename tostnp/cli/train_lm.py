@@ -8,6 +8,7 @@ from ..models.configs import DEFAULT_PRESET
 from ..train.defaults import TrainConfig, LMData, default_train_config, default_data_config
 from .train_common import given, options_of, check_fits, say, train_and_report, finish
 from .train_resume import load_resume_config, checkpoint_field
+from .train_parse import MAX_EVAL_BATCHES
 
 __all__ = ["run_lm"]
 
@@ -26,8 +27,10 @@ def run_lm(args, xp):
         tok = tokenizer_from_dict(checkpoint_field(config, "tokenizer", dict, args.out))
         eval_batches = config.get("eval_batches", LMData.eval_batches)
         if isinstance(eval_batches, bool) or not isinstance(eval_batches, int) \
-                or eval_batches < 1:
-            raise ValueError(f"checkpoint in {args.out}: 'eval_batches' must be an int >= 1")
+                or not 1 <= eval_batches <= MAX_EVAL_BATCHES:
+            raise ValueError(f"checkpoint in {args.out}: 'eval_batches' must be an int in "
+                             f"[1, {MAX_EVAL_BATCHES:,}] (as --eval-batches), got "
+                             f"{str(eval_batches)[:40]}")
     else:
         text_path, tok = (os.path.abspath(args.text) if args.text else None), None
     dc = default_data_config("lm", args.config, **options_of(args, LMData))

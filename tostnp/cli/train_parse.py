@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 from ..models import configs as C
 from ..nn.mixers import MIXERS
-from ..train.defaults import (MAX_STEPS, MAX_BATCH, TrainConfig, VisionData, LMData,
+from ..train.defaults import (MAX_STEPS, MAX_BATCH, MAX_RATE, TrainConfig, VisionData, LMData,
                               VisionTrainPreset, default_data_config)
 from ..models.configs import (SIZE_LIMITS, DEFAULT_PRESET, VisionConfig, LMConfig, option,
                               option_fields)
@@ -44,6 +44,7 @@ OPTION_CLASSES = {"vision": (VisionConfig, TrainConfig, VisionData, VisionTrainP
                              RunOptions),
                   "lm": (LMConfig, TrainConfig, LMData, RunOptions)}
 
+MAX_EVAL_BATCHES = 10_000       # --eval-batches, and the same field read from a checkpoint
 _SIZE = {k: bounded(int, 1, v) for k, v in SIZE_LIMITS.items()}
 _SCALE = bounded(float, 0.0, 1e3)
 
@@ -111,7 +112,7 @@ def add_arguments(parser) -> None:
                         "which also drops tiny-lm's LayerNorm shifts) [preset]")
     m.add_argument("--gelu", choices=["tanh", "erf"], default=None,
                    help="GELU form (the published models use erf) [preset]")
-    m.add_argument("--eval-batches", type=bounded(int, 1, 10_000), default=None,
+    m.add_argument("--eval-batches", type=bounded(int, 1, MAX_EVAL_BATCHES), default=None,
                    help=f"validation batches per evaluation [{LMData.eval_batches}]")
     m.add_argument("--word-rate-samples", type=bounded(int, 0, 100), default=None,
                    help="samples (prompt 'The ', 1000 characters, seeds 0..N-1) whose word rate "
@@ -125,13 +126,13 @@ def _add_common(p, kind) -> None:
     add_device_argument(p)
     p.add_argument("--steps", type=bounded(int, 1, MAX_STEPS), default=None,
                    help="optimizer updates (overrides epochs) [preset]")
-    p.add_argument("--lr", type=bounded(float, 0.0, 10.0, open_lo=True), default=None,
+    p.add_argument("--lr", type=bounded(float, 0.0, MAX_RATE, open_lo=True), default=None,
                    help="peak learning rate [preset]")
-    p.add_argument("--min-lr", type=bounded(float, 0.0, 10.0), default=None,
+    p.add_argument("--min-lr", type=bounded(float, 0.0, MAX_RATE), default=None,
                    help="final learning rate [lr/10]")
     p.add_argument("--warmup-steps", type=bounded(int, 0, MAX_STEPS), default=None,
                    help="linear warm-up updates, at most --steps [preset]")
-    p.add_argument("--weight-decay", type=bounded(float, 0.0, 10.0), default=None,
+    p.add_argument("--weight-decay", type=bounded(float, 0.0, MAX_RATE), default=None,
                    help="AdamW's weight decay [preset]")
     p.add_argument("--batch-size", type=bounded(int, 1, MAX_BATCH), default=None,
                    help="examples per update (checked against the memory available) [preset]")

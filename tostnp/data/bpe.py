@@ -41,6 +41,35 @@ def decode_ids(ids, tokens) -> str:
 CHUNK_RE = re.compile(r"[^\W\d_]+ ?|\d+ ?|(?:[^\w\s]|_)+ ?|\s+")
 
 
+MAX_MERGES = 1 << 20            # far above any vocabulary tostnp trains (--vocab-size)
+MAX_SPELLED = 1 << 26           # characters spelled by all symbols together (~0.25 GB as str)
+
+
+def _checked_merges(merges, n_chars: int) -> list:
+    """``merges`` as (a, b) int pairs, each naming earlier symbols, and the strings they spell
+    bounded before any is built (31 doubling merges would spell 2**31 characters)."""
+    if not isinstance(merges, (list, tuple)) or len(merges) > MAX_MERGES:
+        raise ValueError(f"BPETokenizer merges must be a list of at most {MAX_MERGES:,} pairs")
+    lengths = [1] * n_chars
+    total = n_chars
+    out = []
+    for r, pair in enumerate(merges):
+        ok = isinstance(pair, (list, tuple)) and len(pair) == 2 and all(
+            isinstance(v, (int, np.integer)) and not isinstance(v, bool) for v in pair)
+        if not ok or not all(0 <= int(v) < len(lengths) for v in pair):
+            raise ValueError(f"merge {r} refers to an unknown symbol: it must be two ids of "
+                             f"earlier symbols (0..{len(lengths) - 1}), got {str(pair)[:80]}")
+        a, b = int(pair[0]), int(pair[1])
+        lengths.append(lengths[a] + lengths[b])
+        total += lengths[-1]
+        if total > MAX_SPELLED:
+            raise ValueError(f"BPETokenizer merges spell more than {MAX_SPELLED:,} characters "
+                             f"in all (merge {r} spells {lengths[-1]:,}); refused before "
+                             f"building them")
+        out.append((a, b))
+    return out
+
+
 class BPETokenizer:
     """Subword tokenizer: ``chars`` (the base symbols, sorted) and ``merges`` (pairs of ids).
 
@@ -53,11 +82,9 @@ class BPETokenizer:
         if not isinstance(chars, str) or not chars or "".join(sorted(set(chars))) != chars:
             raise ValueError("BPETokenizer chars must be a non-empty, sorted str without repeats")
         self.chars = chars
-        self.merges = [(int(a), int(b)) for a, b in merges]
+        self.merges = _checked_merges(merges, len(chars))
         self.tokens = list(chars)                      # id -> the string it spells
-        for r, (a, b) in enumerate(self.merges):
-            if not (0 <= a < len(self.tokens) and 0 <= b < len(self.tokens)):
-                raise ValueError(f"merge {r} refers to an unknown symbol: {(a, b)}")
+        for a, b in self.merges:
             self.tokens.append(self.tokens[a] + self.tokens[b])
         self.rank = {pair: r for r, pair in enumerate(self.merges)}
         self.stoi = {c: i for i, c in enumerate(chars)}

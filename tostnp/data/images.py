@@ -81,14 +81,34 @@ def split_validation(X, y, val_fraction: float, seed: int):
 VAL_SEED_OFFSET = 20_000
 
 
+MAX_IDX_BYTES = 1 << 31     # an IDX file of the data sets read here is at most ~200 MB
+
+
 def _read_bytes(path: str) -> bytes:
-    """All bytes of ``path`` (transparently gunzipped if it ends in .gz), with clear errors."""
+    """All bytes of ``path`` (transparently gunzipped if it ends in .gz), with clear errors.
+    A gzip member's size is not known before inflating it: it is read in pieces, and the bytes
+    so far are held to the memory budget and to :data:`MAX_IDX_BYTES` as they grow."""
+    from ..backend.budget import check_memory
     try:
-        if path.endswith(".gz"):
-            with gzip.open(path, "rb") as f:
-                return f.read()
-        with open(path, "rb") as f:
-            return f.read()
+        if not os.path.isfile(path):
+            if os.path.exists(path):
+                raise ValueError(f"{path} is not a regular file")
+            raise FileNotFoundError(f"{path} does not exist")
+        check_memory(2 * os.path.getsize(path), f"reading {path}")
+        opener = gzip.open if path.endswith(".gz") else open
+        pieces, total = [], 0
+        with opener(path, "rb") as f:
+            while True:
+                piece = f.read(1 << 24)
+                if not piece:
+                    break
+                total += len(piece)
+                if total > MAX_IDX_BYTES:
+                    raise ValueError(f"{path} inflates to more than {MAX_IDX_BYTES:,} bytes; "
+                                     f"not an MNIST/CIFAR file")
+                check_memory(2 * total, f"reading {path} ({total:,} bytes inflated so far)")
+                pieces.append(piece)
+        return b"".join(pieces)
     except (EOFError, gzip.BadGzipFile, OSError) as e:
         if isinstance(e, FileNotFoundError):
             raise

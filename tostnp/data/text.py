@@ -33,8 +33,18 @@ def load_text(path: str | None = None) -> str:
                                "pydoc_data.topics, which this Python lacks; pass a path to "
                                "a UTF-8 text file instead") from e
         return "\n".join(topics[k] for k in sorted(topics))
+    if isinstance(path, bool) or not isinstance(path, (str, os.PathLike)):
+        # an int would be a file descriptor (0: standard input): never read as a text
+        raise ValueError(f"text path must be a file name, got {type(path).__name__} "
+                         f"{str(path)[:40]}")
     if not os.path.isfile(path):
+        if os.path.exists(path):
+            raise ValueError(f"text file {path!r} is not a regular file")
         raise FileNotFoundError(f"text file {path!r} does not exist")
+    from ..backend.budget import check_memory
+    # the str (up to 4 bytes a character), its ids (8 bytes a token) and their copies in the
+    # splits and the tokenizer's pass: about 16 bytes for every byte of the file
+    check_memory(16 * os.path.getsize(path), f"the text {path}")
     try:
         with open(path, "r", encoding="utf-8") as f:
             text = f.read()

@@ -13,24 +13,30 @@ as it was. Checkpoints, metrics, figures and benchmark results all go through he
 * :func:`clean_stale_temporaries` -- remove the temporary files that writers which no longer
   run left behind (killed with SIGKILL, or by a power cut).
 
-A temporary file carries its writer's identity: ``.<name>.<pid>-<random>.tmp<ext>``. A writer
-removes only its own temporaries and those whose process is gone, never another live
-process's in-flight file (two writers on one run directory are kept apart by
+Temporaries live in a folder of their writer's own, ``.tostnp-tmp-<pid>-<random>/<name>``,
+made by :func:`tempfile.mkdtemp` next to the target (same file system, so the rename stays
+atomic) and removed right after the rename. Cleaning looks only inside such folders, only at
+the names tostnp writes, and only where the writer's process is gone: a user's own file is never
+removed, whatever it is called (``.notes.txt.tmp`` included), and another live process's
+in-flight file is never touched (two writers on one run directory are kept apart by
 :mod:`tostnp.io.runlock` as well).
 """
 from __future__ import annotations
 
 import contextlib
-import glob
+import fnmatch
 import os
 import re
+import stat
 import tempfile
 
-__all__ = ["atomic_path", "atomic_write_bytes", "atomic_write_text", "atomic_savefig",
+__all__ = ["atomic_path", "atomic_write_bytes", "atomic_write_text", "atomic_savefig", "writer_gone",
            "clean_stale_temporaries"]
 
-_TMP = re.compile(r"^\..+\.(?:(\d+)-)?[A-Za-z0-9_]+\.tmp(?:\.[A-Za-z0-9]*)?$")
-_active: set = set()              # this process's temporaries now being written
+_PREFIX = ".tostnp-tmp-"
+# a writer's folder: the prefix, its pid, then mkdtemp's random part (8 of [a-z0-9_])
+_TMPDIR = re.compile(r"^\.tostnp-tmp-(\d+)-[a-z0-9_]{8}$")
+_active: set = set()              # this process's temporary folders now being written
 
 
 def _fsync_path(path: str, directory: bool = False) -> None:
@@ -50,38 +56,37 @@ def _fsync_path(path: str, directory: bool = False) -> None:
 def atomic_path(path):
     """Yield a temporary path next to ``path``; on success move it to ``path`` durably.
 
-    The temporary name ends with ``path``'s extension (``np.savez`` and ``savefig`` look at it).
-    Parent directories are created. On an exception the temporary file is removed.
+    The temporary file has ``path``'s own name (``np.savez`` and ``savefig`` look at the
+    extension) inside a fresh folder of this writer's. Parent directories are created. On an
+    exception the temporary file and its folder are removed.
     """
     path = os.fspath(path)
     d = os.path.dirname(os.path.abspath(path))
     os.makedirs(d, exist_ok=True)
     base = os.path.basename(path)
-    fd, tmp = tempfile.mkstemp(dir=d, prefix=f".{base}.{os.getpid()}-",
-                               suffix=".tmp" + os.path.splitext(base)[1])
-    os.close(fd)
-    _active.add(tmp)
+    folder = tempfile.mkdtemp(dir=d, prefix=f"{_PREFIX}{os.getpid()}-")
+    tmp = os.path.join(folder, base)
+    _active.add(folder)
     try:
         yield tmp
         _fsync_path(tmp)
         mask = os.umask(0)
         os.umask(mask)
-        os.chmod(tmp, 0o666 & ~mask)     # mkstemp makes 0600; results are ordinary files
+        os.chmod(tmp, 0o666 & ~mask)     # results are ordinary files
         os.replace(tmp, path)
     except BaseException:
-        with contextlib.suppress(FileNotFoundError):
+        with contextlib.suppress(OSError):
             os.unlink(tmp)
         raise
     finally:
-        _active.discard(tmp)
+        with contextlib.suppress(OSError):
+            os.rmdir(folder)
+        _active.discard(folder)
     _fsync_path(d, directory=True)
 
 
-def _writer_gone(pid: int | None) -> bool:
-    """Whether the process that wrote a temporary no longer runs (None: a name from before
-    temporaries carried their writer: gone)."""
-    if pid is None:
-        return True
+def writer_gone(pid: int) -> bool:
+    """Whether the process that made a temporary folder no longer runs."""
     if pid == os.getpid():
         return True                      # ours, and not in _active: a failed earlier write
     if os.name != "posix":               # Windows: os.kill(pid, 0) would END that process;
@@ -90,27 +95,41 @@ def _writer_gone(pid: int | None) -> bool:
         os.kill(pid, 0)
     except ProcessLookupError:
         return True
-    except OSError:                      # e.g. EPERM: another user's live process
+    except (OSError, OverflowError):     # e.g. EPERM: another user's live process
         return False
     return False
 
 
 def clean_stale_temporaries(directory, name: str = "*") -> list:
-    """Remove the temporaries of ``name`` (a glob; default every file) in ``directory`` whose
-    writer is this process (and not writing now) or a process that is gone. Returns them."""
+    """Remove the temporaries of ``name`` (a glob over the target's file name; default every
+    name) that writers which no longer run left in ``directory``; then their folders, once
+    empty. Only this module's own folders are looked into (see the module docstring); links
+    and anything not a regular file are left alone. Returns the removed files."""
     removed = []
-    pattern = os.path.join(glob.escape(os.fspath(directory)),
-                           ("." + glob.escape(name) if name != "*" else ".*") + ".*tmp*")
-    for tmp in glob.glob(pattern):
-        m = _TMP.match(os.path.basename(tmp))
-        if m is None or tmp in _active or not _writer_gone(
-                int(m.group(1)) if m.group(1) else None):
+    directory = os.fspath(directory)
+    try:
+        entries = os.listdir(directory)
+    except OSError:
+        return removed
+    for entry in entries:
+        m = _TMPDIR.match(entry)
+        folder = os.path.join(directory, entry)
+        if m is None or folder in _active or not writer_gone(int(m.group(1))):
             continue
         try:
-            os.unlink(tmp)
-            removed.append(tmp)
-        except FileNotFoundError:
-            pass
+            if not stat.S_ISDIR(os.lstat(folder).st_mode):
+                continue                 # a link or a file with our folder's name: not ours
+            inside = os.listdir(folder)
+        except OSError:
+            continue
+        for f in inside:
+            p = os.path.join(folder, f)
+            with contextlib.suppress(OSError):
+                if fnmatch.fnmatchcase(f, name) and stat.S_ISREG(os.lstat(p).st_mode):
+                    os.unlink(p)
+                    removed.append(p)
+        with contextlib.suppress(OSError):
+            os.rmdir(folder)             # only if empty
     return removed
 
 

@@ -43,6 +43,7 @@ import hashlib
 import json
 import os
 import re
+import stat
 import struct
 import uuid
 import zipfile
@@ -184,7 +185,7 @@ def _read_sidecar(json_path):
     """The parsed ``.json`` copy, or None if there is none."""
     if not os.path.isfile(json_path):
         return None
-    with open(json_path, "rb") as f:
+    with _open_regular(json_path, "checkpoint copy") as f:
         raw = f.read(_MAX_META_BYTES + 1)
     try:
         meta = loads_json(raw, f"checkpoint {json_path!r}", max_bytes=_MAX_META_BYTES)
@@ -217,6 +218,9 @@ def _read_member(zf, info, npz_path):
         if dtype not in _DTYPES:
             raise ValueError(f"checkpoint {npz_path!r} member {info.filename!r} has dtype "
                              f"{dtype}; allowed: bool, int8-64, uint8-64, float32, float64")
+        if len(shape) > 32 or not all(isinstance(s, int) and s >= 0 for s in shape):
+            raise ValueError(f"checkpoint {npz_path!r} member {info.filename!r} declares shape "
+                             f"{str(shape)[:80]}; a shape is at most 32 sizes >= 0")
         count = 1
         for s in shape:
             count *= int(s)
@@ -238,11 +242,10 @@ def _read_member(zf, info, npz_path):
     return a.reshape(shape, order="F" if fortran else "C")
 
 
-def _check_directory_size(npz_path) -> None:
+def _check_directory_size(f, npz_path) -> None:
     """Refuse a zip whose central directory (read whole by :mod:`zipfile`) is crafted huge."""
     try:
-        with open(npz_path, "rb") as f:
-            end = zipfile._EndRecData(f)
+        end = zipfile._EndRecData(f)
     except (OSError, zipfile.BadZipFile, struct.error):
         return                                  # zipfile itself will say what is wrong
     if end and end[zipfile._ECD_SIZE] > _MAX_DIRECTORY_BYTES:
@@ -251,12 +254,28 @@ def _check_directory_size(npz_path) -> None:
                          f"{_MAX_DIRECTORY_BYTES:,} allowed")
 
 
-def _sha256_file(path) -> str:
+def _sha256_file(f) -> str:
+    """SHA-256 of an open file, from its start."""
     h = hashlib.sha256()
-    with open(path, "rb") as r:
-        for chunk in iter(lambda: r.read(1 << 20), b""):
-            h.update(chunk)
+    f.seek(0)
+    for chunk in iter(lambda: f.read(1 << 20), b""):
+        h.update(chunk)
     return h.hexdigest()
+
+
+def _open_regular(path, what: str):
+    """Open ``path`` for reading; refuse a FIFO, device or directory (opening a FIFO does not
+    wait: O_NONBLOCK)."""
+    fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_BINARY", 0))
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise ValueError(f"{what} {path!r} is not a regular file")
+        if hasattr(os, "set_blocking"):
+            os.set_blocking(fd, True)
+        return os.fdopen(fd, "rb")
+    except BaseException:
+        os.close(fd)
+        raise
 
 
 def load_checkpoint(path, *, max_bytes: int = MAX_CHECKPOINT_BYTES):
@@ -276,11 +295,39 @@ def load_checkpoint(path, *, max_bytes: int = MAX_CHECKPOINT_BYTES):
         raise FileNotFoundError(f"checkpoint file {npz_path!r} does not exist (a checkpoint is "
                                 f"{os.path.basename(npz_path)}, with the readable copy "
                                 f"{os.path.basename(json_path)} beside it)")
-    side = _read_sidecar(json_path)
     corrupt = (f"checkpoint {npz_path!r} is corrupted or truncated")
-    _check_directory_size(npz_path)
+    # Everything is read from one open file: a writer that replaces the checkpoint meanwhile
+    # (os.replace) leaves this reader on the whole old file, never on a mix of two saves.
+    with _open_regular(npz_path, "checkpoint") as fobj:
+        meta, arrays = _read_npz(fobj, npz_path, corrupt, max_bytes)
+        side = _read_sidecar(json_path)
+        if meta is not None and side is not None and side.get("save_id") == meta.get("save_id"):
+            if side.get("npz_sha256") != _sha256_file(fobj):
+                raise ValueError(f"{corrupt}: its SHA-256 does not match the one recorded in "
+                                 f"{json_path!r}")
+            # a json copy with another save_id is stale or newer (a writer between its two
+            # renames, or done since this file was opened): ignored
+        if meta is None:                                       # version 1: metadata in the json
+            if side is None:
+                raise FileNotFoundError(f"checkpoint file {json_path!r} does not exist (a "
+                                        f"version-1 checkpoint is the pair "
+                                        f"{os.path.basename(npz_path)} + "
+                                        f"{os.path.basename(json_path)})")
+            if side.get("npz_sha256") != _sha256_file(fobj):
+                raise ValueError(f"{corrupt}: its SHA-256 does not match the one recorded in "
+                                 f"{json_path!r}")
+            meta = side
+            _check_meta(meta, npz_path)
+    params = {k[7:]: a for k, a in arrays.items() if k.startswith("params/")}
+    extra = {k[6:]: a for k, a in arrays.items() if k.startswith("extra/")}
+    return params, meta["config"], extra, meta["state"]
+
+
+def _read_npz(fobj, npz_path, corrupt, max_bytes):
+    """``(meta or None, {member: array})`` of an open ``.npz``, every size checked first."""
+    _check_directory_size(fobj, npz_path)
     try:
-        zf = zipfile.ZipFile(npz_path)
+        zf = zipfile.ZipFile(fobj)
         infos = zf.infolist()
     except (zipfile.BadZipFile, OSError, ValueError, EOFError) as e:
         raise ValueError(f"{corrupt} ({e})") from None
@@ -323,24 +370,7 @@ def load_checkpoint(path, *, max_bytes: int = MAX_CHECKPOINT_BYTES):
                       if i.filename != _META + ".npy"}
         except (zipfile.BadZipFile, EOFError, OSError) as e:
             raise ValueError(f"{corrupt} ({e})") from None
-    if meta is not None and side is not None and side.get("save_id") == meta.get("save_id"):
-        if side.get("npz_sha256") != _sha256_file(npz_path):
-            raise ValueError(f"{corrupt}: its SHA-256 does not match the one recorded in "
-                             f"{json_path!r}")
-        # a json copy with another save_id is stale (killed between the two renames): ignored
-    if meta is None:                                           # version 1: metadata in the json
-        if side is None:
-            raise FileNotFoundError(f"checkpoint file {json_path!r} does not exist (a version-1 "
-                                    f"checkpoint is the pair {os.path.basename(npz_path)} + "
-                                    f"{os.path.basename(json_path)})")
-        if side.get("npz_sha256") != _sha256_file(npz_path):
-            raise ValueError(f"{corrupt}: its SHA-256 does not match the one recorded in "
-                             f"{json_path!r}")
-        meta = side
-        _check_meta(meta, npz_path)
-    params = {k[7:]: a for k, a in arrays.items() if k.startswith("params/")}
-    extra = {k[6:]: a for k, a in arrays.items() if k.startswith("extra/")}
-    return params, meta["config"], extra, meta["state"]
+    return meta, arrays
 
 
 def _check_meta(meta, npz_path) -> None:

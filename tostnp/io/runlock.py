@@ -11,15 +11,20 @@ lock is ``msvcrt.locking`` on one byte far past the holder's note (a Windows loc
 the note stays readable), which Windows also releases when its process ends; where neither
 exists the lock is a no-op. A directory the lock created is removed again when nothing else was
 written into it.
+The lock file is opened without following a link and must be a regular file: a link
+(dangling or not) or a special file in its place is refused, so nothing outside the run
+directory is ever truncated or created through it.
 """
 from __future__ import annotations
 
 import contextlib
+import errno
 import os
+import stat
 import sys
 import time
 
-__all__ = ["run_lock", "RunDirectoryInUse", "LOCK_NAME"]
+__all__ = ["run_lock", "held_by", "RunDirectoryInUse", "UnsafeLockFile", "LOCK_NAME"]
 
 LOCK_NAME = ".tostnp.lock"
 _MSVCRT_BYTE = 1 << 30          # the byte Windows locks: far past the note, which stays readable
@@ -49,6 +54,54 @@ def _locker():
     return take
 
 
+class UnsafeLockFile(OSError):
+    """The lock file's place holds a link or something other than a regular file."""
+
+
+def _open_lock_file(path: str) -> int:
+    """Open (creating if needed) the lock file itself: never through a link, never a FIFO or
+    device (O_NONBLOCK: opening a FIFO does not wait for a writer)."""
+    flags = (os.O_RDWR | os.O_CREAT | getattr(os, "O_NOFOLLOW", 0)
+             | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0))
+    why = (f"{path} is not a regular file (a link or a special file); tostnp writes its lock "
+           f"only into a file of its own: remove it and run again")
+    if os.path.islink(path):                  # also where O_NOFOLLOW does not exist
+        raise UnsafeLockFile(why)
+    try:
+        fd = os.open(path, flags, 0o644)
+    except OSError as e:
+        if e.errno in (errno.ELOOP, errno.EMLINK, errno.ENXIO, errno.EISDIR):
+            raise UnsafeLockFile(why) from None
+        raise
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        os.close(fd)
+        raise UnsafeLockFile(why)
+    return fd
+
+
+def held_by(directory) -> str | None:
+    """Who holds ``directory``'s lock now (its note), or None: for a reader that writes beside
+    a run and must keep out of one being written, without creating a lock file of its own."""
+    try:
+        import fcntl
+    except ImportError:
+        return None
+    path = os.path.join(directory, LOCK_NAME)
+    if not os.path.lexists(path):
+        return None
+    fd = _open_lock_file(path)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        try:
+            return os.pread(fd, 4096, 0).decode("utf-8", "replace").strip() or "another process"
+        except OSError:
+            return "another process"
+    finally:
+        os.close(fd)                              # releases the probe's own flock, if taken
+    return None
+
+
 @contextlib.contextmanager
 def run_lock(directory, what: str = "tostnp"):
     """Hold the run directory ``directory`` (created if needed) for the ``with`` block."""
@@ -67,7 +120,7 @@ def run_lock(directory, what: str = "tostnp"):
             _held[key][1] -= 1
         return
     path = os.path.join(directory, LOCK_NAME)
-    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+    fd = _open_lock_file(path)
     try:
         take(fd)
     except (BlockingIOError, PermissionError):        # msvcrt: PermissionError (EACCES)

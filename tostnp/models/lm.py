@@ -208,6 +208,15 @@ def _pick(logits, temperature: float, top_k, rng):
     return xp.clip(idx, max=V - 1)
 
 
+def _check_finite_logits(logits, xp) -> None:
+    """Refuse to sample from NaN or infinite logits (weights that overflow float32 give them,
+    and argmax would then print token 0 for ever). Checked once, after the prompt: one host
+    transfer, not one per token."""
+    if not bool(xp.all(xp.isfinite(logits))):
+        raise ValueError("the model's logits after the prompt are not finite (NaN or inf): its "
+                         "weights overflow the float range; nothing sampled")
+
+
 def lm_generate(params: dict, cfg: LMConfig, prompt_ids, length: int, *,
                 temperature: float = 1.0, top_k=None, seed: int = 0):
     """Continue ``prompt_ids`` (B, T0) int (T0 >= 1) by ``length`` tokens -> (B, T0 + length).
@@ -235,11 +244,15 @@ def lm_generate(params: dict, cfg: LMConfig, prompt_ids, length: int, *,
         raise ValueError(f"length must be >= 0, got {length}")
     rng = backend.RNG(seed)
     seq = xp.astype(prompt_ids, xp.int64)                                  # (B, T0)
+    if length == 0:
+        return seq
     if cfg.mixer != "tssa":
         # the baselines (and TSSA with a fixed Pi) have no recurrent decoder here: re-run the
         # forward over the last block_size tokens for every new token (O(T) per token or more)
-        for _ in range(length):
+        for i in range(length):
             logits, _ = _forward(seq[:, -cfg.block_size:], params, cfg, xp)
+            if i == 0:
+                _check_finite_logits(logits[:, -1, :], xp)
             nxt = _pick(logits[:, -1, :], temperature, top_k, rng)         # (B,)
             seq = xp.concat([seq, xp.reshape(nxt, (-1, 1))], axis=1)
         return seq
@@ -253,6 +266,7 @@ def lm_generate(params: dict, cfg: LMConfig, prompt_ids, length: int, *,
 
     window = cfg.block_size
     logits = feed(seq[:, -window:] if seq.shape[1] > window else seq)
+    _check_finite_logits(logits, xp)
     for _ in range(length):
         nxt = _pick(logits, temperature, top_k, rng)                       # (B,)
         seq = xp.concat([seq, xp.reshape(nxt, (-1, 1))], axis=1)

@@ -54,12 +54,15 @@ def estimate_bytes(kind: str, cfg, batch: int, *, training: bool, itemsize: int 
     """Parameters and one batch's activations in bytes (see the module docstring)."""
     P = param_lower_bound(kind, cfg)
     L = _tokens(kind, cfg)
-    C, H = cfg.width, cfg.width * cfg.mlp_ratio
-    per_token = 12 * C + 3 * H                         # one block's arrays per token
-    if cfg.mixer in ("softmax",):
-        per_token += 2 * cfg.num_heads * L             # the (L, L) attention maps
+    C, H, h = cfg.width, cfg.width * cfg.mlp_ratio, cfg.num_heads
+    # one block's arrays per token, and what each mixer keeps beyond TSSA's: fitted to the peak
+    # RSS of LM training at three shapes (tests/test_memory_estimate.py holds them to 10%)
+    per_token = 13 * C + 3 * H + 12 * h
+    per_token += {"softmax": 13 * h * L // 10,         # the (L, L) attention maps
+                  "linear": 15 * C // 2,               # the running sums' caches
+                  "flash": 7 * C // 2}.get(cfg.mixer, 0)   # q, k, v, out and the row stats
     blocks = cfg.depth if training else 2              # caches kept for the backward pass
-    act = batch * L * per_token * blocks
+    act = batch * L * (per_token * blocks + 6 * C)     # + the embeddings' and the head's
     if kind == "lm":
         act += 3 * batch * L * cfg.vocab_size          # logits, softmax, their gradient
     else:

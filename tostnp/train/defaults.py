@@ -22,6 +22,7 @@ __all__ = ["TrainConfig", "MAX_STEPS", "MAX_BATCH", "VisionTrainPreset", "LMTrai
 # a million examples per batch; the memory estimate (tostnp.models.memory) bounds the batch more.
 MAX_STEPS = 10 ** 9
 MAX_BATCH = 1 << 20
+MAX_RATE = 10.0          # lr, min_lr, weight_decay: the CLI's bound, and a checkpoint's
 
 
 @dataclass(frozen=True)
@@ -57,15 +58,16 @@ class TrainConfig:
             if isinstance(v, bool) or not isinstance(v, int) or v < lo:
                 raise ValueError(f"{f} must be an int >= {lo}, got {v!r}")
 
-        def real(f, lo, strict, none_ok=False):
+        def real(f, lo, strict, none_ok=False, hi=math.inf):
             v = getattr(self, f)
             if v is None and none_ok:
                 return
             ok = isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) \
-                and (v > lo if strict else v >= lo)
+                and (v > lo if strict else v >= lo) and v <= hi
             if not ok:
-                raise ValueError(f"{f} must be a finite number {'>' if strict else '>='} {lo}, "
-                                 f"got {v!r}")
+                raise ValueError(f"{f} must be a finite number {'>' if strict else '>='} {lo}"
+                                 + (f" and <= {hi}" if hi < math.inf else "")
+                                 + f", got {str(v)[:40]}")
         for f in ("steps", "batch_size"):
             integer(f, 1)
         for f, hi in (("steps", MAX_STEPS), ("batch_size", MAX_BATCH), ("seed", 2 ** 63 - 1)):
@@ -78,9 +80,9 @@ class TrainConfig:
         if not self.warmup_steps <= self.steps:
             raise ValueError(f"warmup_steps must be in [0, steps={self.steps}], "
                              f"got {self.warmup_steps}")
-        real("lr", 0.0, True)
-        real("min_lr", 0.0, False, none_ok=True)
-        real("weight_decay", 0.0, False)
+        real("lr", 0.0, True, hi=MAX_RATE)
+        real("min_lr", 0.0, False, none_ok=True, hi=MAX_RATE)
+        real("weight_decay", 0.0, False, hi=MAX_RATE)
         real("grad_clip", 0.0, True)
         for f in ("beta1", "beta2"):
             v = getattr(self, f)

@@ -37,6 +37,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import stat
 import signal
 import threading
 import time
@@ -86,6 +87,8 @@ def read_metrics(path: str) -> list:
     dropped with a warning; a bad line anywhere else (not JSON, nested too deep, over 1 MB)
     raises ValueError naming the line.
     """
+    if not stat.S_ISREG(os.stat(path).st_mode):      # a FIFO would block, /dev/zero never end
+        raise ValueError(f"{path} is not a regular file")
     check_memory(2 * os.path.getsize(path), f"reading {path}")
     with open(path, "rb") as f:
         lines = f.read().split(b"\n")
@@ -112,7 +115,16 @@ class _MetricsFile:
     """Append-only metrics.jsonl: each record is ONE ``os.write`` of a whole line (O_APPEND)."""
 
     def __init__(self, path):
-        self.fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        flags = (os.O_WRONLY | os.O_APPEND | os.O_CREAT | getattr(os, "O_NONBLOCK", 0)
+                 | getattr(os, "O_NOFOLLOW", 0))            # never through a link, never wait
+        if os.path.islink(path):
+            raise ValueError(f"{path} is a link; tostnp appends only to a file of its own")
+        self.fd = os.open(path, flags, 0o644)
+        if not stat.S_ISREG(os.fstat(self.fd).st_mode):
+            os.close(self.fd)
+            raise ValueError(f"{path} is not a regular file")
+        if getattr(os, "O_NONBLOCK", 0):
+            os.set_blocking(self.fd, True)
 
     def write(self, rec: dict) -> None:
         data = (json.dumps(rec) + "\n").encode("utf-8")
@@ -251,9 +263,10 @@ def _train(task, tcfg, out_dir, resume, progress, plot, init_params) -> dict:
                     rec.update({k: _float(v) for k, v in extra.items()})
                     log(rec)
                 if (tcfg.eval_every and n % tcfg.eval_every == 0) or n == tcfg.steps:
-                    ev = task.evaluate(params)
-                    log({"step": n, "kind": "eval", **ev})
-                    if bar is not None:
+                    ev = stop_signal.during(lambda: task.evaluate(params))  # None: interrupted
+                    if ev is not None:
+                        log({"step": n, "kind": "eval", **ev})
+                    if bar is not None and ev is not None:
                         bar.write(f"step {n}: " + ", ".join(f"{k} {v:.4f}" for k, v in ev.items()))
                 if (every and n % every == 0) or n == stop or stop_signal.signum:
                     if _all_finite(params):  # never replace a good checkpoint by NaN weights
@@ -264,7 +277,7 @@ def _train(task, tcfg, out_dir, resume, progress, plot, init_params) -> dict:
             if bar is not None:
                 bar.set_postfix(loss=f"{loss_f:.4f}", lr=f"{lr:.2e}")
                 bar.update(1)
-            if stop_signal.signum and n < stop:
+            if stop_signal.signum and (n < stop or stop_signal.cut_short):
                 raise TrainingInterrupted(n, stop_signal.signum, out_dir)
     finally:
         stop_signal.restore()
@@ -277,7 +290,11 @@ def _train(task, tcfg, out_dir, resume, progress, plot, init_params) -> dict:
             plot_metrics(records, os.path.join(out_dir, "curves.png"), title=task.title)
         except OSError as e:
             raise _io_error(e, stop, saved, out_dir) from None
-    return {"params": params, "metrics": records, "step": stop}
+    return {"params": params, "metrics": records, "step": stop, "start": start}
+
+
+class _CutShort(Exception):
+    """Raised by the signal handler inside :meth:`_SignalFlag.during`."""
 
 
 class _SignalFlag:
@@ -286,6 +303,8 @@ class _SignalFlag:
     def __init__(self):
         self.signum = 0
         self.old = {}
+        self.interruptible = False       # inside :meth:`during`: a signal ends the work at once
+        self.cut_short = False           # a signal ended such work
         if threading.current_thread() is not threading.main_thread():
             return  # signal handlers can only be installed from the main thread
         for sig in (signal.SIGINT, signal.SIGTERM):
@@ -295,6 +314,23 @@ class _SignalFlag:
         if self.signum:  # second signal: stop now (the last checkpoint is still complete)
             raise KeyboardInterrupt
         self.signum = signum
+        if self.interruptible:
+            raise _CutShort
+
+    def during(self, work):
+        """``work()``, unless a signal arrives meanwhile: then None at once (an evaluation
+        need not finish before the checkpoint is saved and the run stops)."""
+        if self.signum:
+            self.cut_short = True
+            return None
+        self.interruptible = True
+        try:
+            return work()
+        except _CutShort:
+            self.cut_short = True
+            return None
+        finally:
+            self.interruptible = False
 
     def restore(self):
         for sig, h in self.old.items():

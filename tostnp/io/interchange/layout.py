@@ -146,6 +146,9 @@ def _count(shapes, prefix):
         if name.startswith(prefix):
             i = name[len(prefix):].split(".", 1)[0]
             if i.isdigit():
+                if len(i) > 9 or int(i) >= len(shapes):    # a real index is below the count
+                    raise InterchangeError(f"tensor {name[:120]!r} has index {i[:20]}, more than "
+                                           f"the file's {len(shapes)} tensors allow")
                 n = max(n, int(i) + 1)
     return n
 
@@ -161,6 +164,8 @@ def _need(shapes, name, ndim):
 
 def _ratio(shapes, name, C):
     H = _need(shapes, name, 2)[0]
+    if C < 1:
+        raise InterchangeError(f"the model's width is {C}; it must be at least 1")
     if H % C:
         raise InterchangeError(f"tensor {name!r} has shape {tuple(shapes[name])}: its hidden width "
                                f"{H} is not a multiple of the width {C}")
@@ -170,6 +175,8 @@ def _ratio(shapes, name, C):
 def _blocks(shapes, prefix, C):
     """(depth, heads) of the TSSA blocks under ``prefix``: depth by counting, heads from the
     first block's ``attn.temp``, which must divide the width C."""
+    if C < 1:
+        raise InterchangeError(f"the model's width is {C}; it must be at least 1")
     depth = _count(shapes, prefix)
     temp = f"{prefix}0.attn.temp"
     if depth == 0:
@@ -204,6 +211,9 @@ def infer_config(shapes: dict, *, image_size: int = 224):
         C = _need(shapes, "cls_token", 3)[2]
         depth, h = _blocks(shapes, "blocks.", C)
         stages = (_count(shapes, "patch_embed.proj.") + 1) // 2    # indices 0, 2, 4, ...
+        if stages > 12:                    # patch size 2**stages <= 4096 (--image-size's top)
+            raise InterchangeError(f"the stem has {stages} stages (patch size 2**{stages}); "
+                                   f"at most 12 (patch size 4096) are supported")
         if stages == 0:
             raise InterchangeError("missing tensor 'patch_embed.proj.0.0.weight' (the "
                                    "convolutional stem)")

@@ -1,0 +1,104 @@
+"""Readers beside a live writer, and nothing touched outside the run directory (issue: round 3).
+
+A writer process saves checkpoints as fast as it can while this process reads the same prefix
+100 times: every read must return one whole save (the arrays and the metadata of one step), never
+a false "corrupted". The lock file is never written through a link, nor created where a dangling
+link points.
+"""
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+
+import numpy as np
+import pytest
+
+from tostnp.io.checkpoint import load_checkpoint, save_checkpoint
+from tostnp.io.runlock import UnsafeLockFile, run_lock, LOCK_NAME
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+_WRITER = r"""
+import sys, numpy as np
+from tostnp.io.checkpoint import save_checkpoint
+prefix, step = sys.argv[1], 1
+print("ready", flush=True)
+while True:
+    step += 1
+    save_checkpoint(prefix, {"W": np.full((96, 96), step, np.float32)}, {"v": step},
+                    extra_arrays={"m": np.full(5000, -step, np.float64)},
+                    state={"step": step, "pad": list(range(5000))})
+"""
+
+
+def test_100_reads_beside_a_live_writer_see_whole_saves(tmp_path):
+    prefix = str(tmp_path / "checkpoint")
+    save_checkpoint(prefix, {"W": np.full((96, 96), 1, np.float32)}, {"v": 1},
+                    extra_arrays={"m": np.full(5000, -1, np.float64)},
+                    state={"step": 1, "pad": list(range(5000))})
+    env = dict(os.environ, PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    writer = subprocess.Popen([sys.executable, "-c", _WRITER, prefix], env=env,
+                              stdout=subprocess.PIPE, text=True)
+    try:
+        assert writer.stdout.readline().strip() == "ready"
+        seen = set()
+        for _ in range(100):
+            params, config, extra, state = load_checkpoint(prefix)   # never raises
+            step = state["step"]
+            assert config == {"v": step}
+            assert np.all(params["W"] == step) and np.all(extra["m"] == -step)
+            seen.add(step)
+        assert writer.poll() is None, "the writer died"
+        assert len(seen) > 5, f"the writer did not overlap the reads: steps {sorted(seen)}"
+    finally:
+        writer.kill()
+        writer.wait()
+
+
+@pytest.mark.skipif(not hasattr(os, "symlink") or os.name == "nt", reason="POSIX links")
+def test_lock_never_writes_through_a_link(tmp_path):
+    pytest.importorskip("fcntl")
+    victim = tmp_path / "victim.txt"
+    victim.write_text("precious\n")
+    run = tmp_path / "run"
+    run.mkdir()
+    os.symlink(victim, run / LOCK_NAME)
+    with pytest.raises(UnsafeLockFile, match="not a regular file"):
+        with run_lock(str(run)):
+            pass
+    assert victim.read_text() == "precious\n"
+    # a dangling link: its target is not created
+    os.unlink(run / LOCK_NAME)
+    target = tmp_path / "created-through-the-link"
+    os.symlink(target, run / LOCK_NAME)
+    with pytest.raises(UnsafeLockFile):
+        with run_lock(str(run)):
+            pass
+    assert not target.exists()
+    # a FIFO in its place: refused at once, no hang
+    os.unlink(run / LOCK_NAME)
+    os.mkfifo(run / LOCK_NAME)
+    t = time.monotonic()
+    with pytest.raises(UnsafeLockFile):
+        with run_lock(str(run)):
+            pass
+    assert time.monotonic() - t < 5
+
+
+@pytest.mark.skipif(os.name == "nt", reason="POSIX links")
+def test_train_refuses_a_linked_lock_in_one_line(tmp_path):
+    victim = tmp_path / "victim.txt"
+    victim.write_text("precious\n")
+    run = tmp_path / "run"
+    run.mkdir()
+    os.symlink(victim, run / LOCK_NAME)
+    env = dict(os.environ, PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    r = subprocess.run([sys.executable, "-m", "tostnp", "train", "vision", "--out", str(run),
+                        "--steps", "2", "--overwrite"], env=env, capture_output=True,
+                       text=True, timeout=300)
+    assert r.returncode == 2, r.stderr[-2000:]
+    assert "Traceback" not in r.stderr and len(r.stderr.strip().splitlines()) == 1
+    assert "not a regular file" in r.stderr
+    assert victim.read_text() == "precious\n"
