@@ -1,16 +1,33 @@
 """Ctrl-C while the command line is still starting (importing NumPy can take seconds on a busy
 machine): one line, never a traceback. Installed by ``tostnp/__init__.py`` only when tostnp runs
 as a program (``python -m tostnp``, the ``tostnp`` script), before anything else is imported;
-once a command runs, :func:`tostnp.__main__.main` handles interrupts itself."""
+once a command runs, :func:`tostnp.__main__.main` handles interrupts itself.
+
+An interrupt inside a C extension's import does not always arrive as KeyboardInterrupt: NumPy's
+turns it into an ImportError ("Importing the numpy C-extensions failed ... PyCapsule_Import
+could not import module 'datetime'", exit 1). So the SIGINT handler notes that an interrupt
+came, and an ImportError after one is the interrupt too (one line, exit 130)."""
 from __future__ import annotations
 
+import os
+import signal
 import sys
+
+_interrupted = []                 # SIGINT came while starting (see the module docstring)
+
+
+def _on_sigint(signum, frame):
+    _interrupted.append(signum)
+    raise KeyboardInterrupt
 
 
 def _quiet(kind, value, tb, _previous=sys.excepthook):
-    if issubclass(kind, KeyboardInterrupt):
+    if issubclass(kind, KeyboardInterrupt) or (_interrupted and issubclass(kind, ImportError)):
         print("interrupted while tostnp was starting; nothing was written", file=sys.stderr)
-        return                    # Python still exits as killed by SIGINT (status 130)
+        if issubclass(kind, KeyboardInterrupt):
+            return                # Python still exits as killed by SIGINT (status 130)
+        sys.stderr.flush()
+        os._exit(130)
     _previous(kind, value, tb)
 
 
@@ -25,14 +42,14 @@ DEFERRED = "TOSTNP_SIGINT_DEFERRED"   # set by run.py, which starts tostnp with 
 
 
 def quiet_interrupts() -> None:
-    """The hook above; and where ``run.py`` started this process with SIGINT ignored (so that a
-    Ctrl-C during the interpreter's own start, before any of this runs, cannot print CPython's
-    traceback), Ctrl-C is turned back on from here."""
+    """The hook above, and a SIGINT handler that notes the interrupt. Where ``run.py`` started
+    this process with SIGINT ignored (so that a Ctrl-C during the interpreter's own start, before
+    any of this runs, cannot print CPython's traceback), Ctrl-C is turned back on from here;
+    where something else ignores it, it stays ignored."""
     if not running_as_program():
         return
     sys.excepthook = _quiet
-    import os
-    if os.environ.pop(DEFERRED, None) == "1":
-        import signal
-        if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
-            signal.signal(signal.SIGINT, signal.default_int_handler)
+    deferred = os.environ.pop(DEFERRED, None) == "1"
+    current = signal.getsignal(signal.SIGINT)
+    if current is signal.default_int_handler or (deferred and current is signal.SIG_IGN):
+        signal.signal(signal.SIGINT, _on_sigint)

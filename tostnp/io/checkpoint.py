@@ -98,8 +98,9 @@ def resolve_checkpoint(path) -> str:
 
 def clean_temporaries(path) -> list:
     """Remove the temporary files a killed :func:`save_checkpoint` of prefix ``path`` left behind
-    (:func:`tostnp.io.atomic.atomic_path` names them ``.<name>.<pid>-<random>.tmp<ext>``); a
-    temporary of another process that still runs is left alone.
+    (:func:`tostnp.io.atomic.atomic_path` writes them in a folder of its writer's,
+    ``.tostnp-tmp-<pid>-<random>/``); a temporary of another process that still runs is left
+    alone, and nothing else is ever removed.
 
     Returns the removed paths. Called by every save; call it when a run (re)starts.
     """

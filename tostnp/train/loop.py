@@ -16,7 +16,8 @@ Determinism: every random draw (initialisation, data order, augmentation) comes 
 step, and the task's data state (RNG state, epoch permutation and position). ``resume=True``
 therefore continues bit-identically: the losses after resuming equal those of an uninterrupted
 run (checked in tests/test_train.py). Metrics lines written after the checkpoint by an
-interrupted run are dropped on resume.
+interrupted run are dropped on resume, and an evaluation a signal cut short (the checkpoint
+of its update is saved without it) is made when the run resumes.
 
 Nothing lost, nothing silent:
 
@@ -249,6 +250,16 @@ def _train(task, tcfg, out_dir, resume, progress, plot, init_params) -> dict:
             records.append(rec)
             mf.write(rec)
 
+        if resume and _eval_due(start, tcfg) and not any(
+                r["step"] == start and r["kind"] == "eval" for r in records):
+            # the run that saved this checkpoint had its evaluation cut short by a signal
+            # (or its line was lost): made now, as the uninterrupted run has it
+            ev = stop_signal.during(lambda: task.evaluate(params))
+            if ev is not None:
+                _write_or_fail(lambda: log({"step": start, "kind": "eval", **ev}),
+                               "metrics.jsonl")
+            if stop_signal.signum:
+                raise TrainingInterrupted(start, stop_signal.signum, out_dir)
         for step in range(start, stop):
             batch = task.next_batch()
             loss, grads, extra = task.loss_and_grads(params, batch)
@@ -262,7 +273,7 @@ def _train(task, tcfg, out_dir, resume, progress, plot, init_params) -> dict:
                            "grad_norm": gnorm, "time": round(time.perf_counter() - t0, 3)}
                     rec.update({k: _float(v) for k, v in extra.items()})
                     log(rec)
-                if (tcfg.eval_every and n % tcfg.eval_every == 0) or n == tcfg.steps:
+                if _eval_due(n, tcfg):
                     ev = stop_signal.during(lambda: task.evaluate(params))  # None: interrupted
                     if ev is not None:
                         log({"step": n, "kind": "eval", **ev})
@@ -336,6 +347,11 @@ class _SignalFlag:
         for sig, h in self.old.items():
             signal.signal(sig, h)
         self.old = {}
+
+
+def _eval_due(n: int, tcfg) -> bool:
+    """Whether the run evaluates after update ``n``: every ``eval_every`` and at the end."""
+    return n > 0 and (bool(tcfg.eval_every and n % tcfg.eval_every == 0) or n == tcfg.steps)
 
 
 def _check_resume_state(state, tcfg, where) -> int:
