@@ -144,6 +144,8 @@ def peer_runs(_):
     for path in sorted(files, key=lambda p: _load(os.path.relpath(p, ROOT))["env"]["date"]):
         rel = os.path.relpath(path, ROOT)
         d = _load(rel)
+        if "timing" not in d:             # an --anatomy-only run: no step times to compare
+            continue
         env, t = d["env"], d["timing"]
         load = env["loadavg_start"][0], env["loadavg_end"][0]
         cells = [_peer_cell(t[th][b]) if b in t.get(th, {}) else "—"
@@ -159,26 +161,37 @@ def peer_runs(_):
 
 
 def speed_by_cpu(_):
-    """README: the latest committed peer run per CPU (and BLAS), side by side."""
-    latest = {}
+    """README: the latest committed peer runs per CPU (and BLAS), side by side: per benchmark
+    the latest idle run (load average at the start at most 4) that has it, or, for a CPU with
+    no idle run, its latest run under load, marked as such."""
+    runs = {}
     for path in glob.glob(os.path.join(ROOT, "docs/bench/peer_torch*.json")):
         rel = os.path.relpath(path, ROOT)
         d = _load(rel)
-        # a run under load (loadavg at the start above 4) says little about speed
-        if d["env"]["loadavg_start"][0] > 4:
-            continue
-        key = (d["env"].get("cpu", "?"), tuple(d["env"]["blas"]))
-        if key not in latest or d["env"]["date"] > latest[key][1]["env"]["date"]:
-            latest[key] = (rel, d)
+        if "timing" in d:
+            key = (d["env"].get("cpu", "?"), tuple(d["env"]["blas"]))
+            runs.setdefault(key, []).append((d["env"]["loadavg_start"][0] <= 4, rel, d))
     rows = []
-    for (cpu, blas), (rel, d) in sorted(latest.items()):
-        t = d["timing"]
-        rows.append([f"{cpu}, {d['env']['host_cpus']} CPUs", "; ".join(blas),
-                     *[_peer_cell(t[th][b]) for b, _ in PEER_BENCHES for th in ("1", "2")],
-                     f"[`{rel}`]({rel})"])
+    for (cpu, blas), rs in sorted(runs.items()):
+        idle = any(r[0] for r in rs)
+        rs = sorted((r for r in rs if r[0] == idle), key=lambda r: r[2]["env"]["date"])
+        cells, used = [], []
+        for b, _ in PEER_BENCHES:
+            for th in ("1", "2"):
+                have = [r for r in rs if b in r[2]["timing"].get(th, {})]
+                cells.append(_peer_cell(have[-1][2]["timing"][th][b]) if have else "—")
+                if have and have[-1] not in used:
+                    used.append(have[-1])
+        loads = [x for _, _, d in used for x in (d["env"]["loadavg_start"][0],
+                                                 d["env"]["loadavg_end"][0])]
+        load = f"load {min(loads):.1f}–{max(loads):.1f}" if loads else ""
+        rows.append([f"{cpu}, {rs[-1][2]['env']['host_cpus']} CPUs", "; ".join(blas), *cells,
+                     f"idle ({load})" if idle
+                     else f"**measured under shared load** ({load}): not a speed claim",
+                     ", ".join(f"[`{os.path.basename(rel)}`]({rel})" for _, rel, _ in used)])
     return _table(["CPU", "NumPy's BLAS", "LM, 1 thread", "LM, 2 threads", "digits, 1 thread",
-                   "digits, 2 threads", "file"], rows,
-                  ["---", "---", "---:", "---:", "---:", "---:", "---"])
+                   "digits, 2 threads", "conditions", "files"], rows,
+                  ["---", "---", "---:", "---:", "---:", "---:", "---", "---"])
 
 
 # --------------------------------------------------------------------------- context scaling

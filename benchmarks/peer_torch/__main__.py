@@ -42,6 +42,9 @@ def main():
                     help="where the time goes in the LM/vision steps of --only, per thread "
                          "count: products (shapes, time), the rest, calls per step")
     ap.add_argument("--anatomy-only", action="store_true", help="only the anatomy")
+    ap.add_argument("--anatomy-layers", action="store_true",
+                    help="with --anatomy at 1 thread: also tostnp's step by layer (cProfile) "
+                         "and torch's by op group (torch.profiler)")
     ap.add_argument("--no-perf", action="store_true", help="skip the perf sampling in part 3")
     ap.add_argument("--json", default=None, help="write all results here")
     args = ap.parse_args()

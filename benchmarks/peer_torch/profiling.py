@@ -295,4 +295,7 @@ def run_anatomy(args, out):
                   f"function calls, {a['calls']['python_calls']} Python calls; torch: "
                   f"{t['numpy_calls']['aten_ops']:.0f} aten ops per step)")
             print(format_anatomy("tostnp", a))
+            if threads == 1 and args.anatomy_layers:      # the same phases, by layer
+                r["tostnp_layers"] = cprofile_table(bench, 10 if bench == "lm" else 60)
+                r["torch_ops"] = torch_profile_table(bench, 5 if bench == "lm" else 30)
     out["anatomy"] = res
