@@ -54,7 +54,7 @@ def machine_info() -> dict:
     blas = []
     try:
         from threadpoolctl import threadpool_info
-        blas = [{k: i.get(k) for k in ("internal_api", "version", "architecture",
+        blas = [{k: i.get(k) for k in ("internal_api", "prefix", "version", "architecture",
                                         "threading_layer", "num_threads")}
                 for i in threadpool_info() if i.get("user_api") == "blas"]
     except ImportError:
@@ -63,8 +63,8 @@ def machine_info() -> dict:
             "logical_cpus": os.cpu_count(), "system": platform.system(),
             "arch": platform.machine(), "python": platform.python_version(),
             "numpy": np.__version__, "numpy_blas": blas,
-            "blas": "; ".join(f"{b['internal_api']} {b['version']} ({b['architecture']})"
-                              for b in blas),
+            "blas": "; ".join(f"{b['internal_api']} {b['version']} ({b['architecture']}, "
+                              f"{b['prefix']})" for b in blas),
             "env_OPENBLAS_CORETYPE": os.environ.get("OPENBLAS_CORETYPE"),
             "loadavg": loadavg()}
 
