@@ -47,9 +47,12 @@ def main():
             dy = g.standard_normal(shape).astype(np.float32)
             _, s0 = K.gelu_forward(x)
             fns = {"fwd fast path": lambda: K.gelu_forward(x),
-                   "fwd numexpr": lambda: ne.evaluate("x / (1 + exp((c1 + c2*x*x)*x))"),
+                   "fwd numexpr": lambda: ne.evaluate("x / (1 + exp((c1 + c2*x*x)*x))",
+                                                      local_dict=dict(x=x, c1=c1, c2=c2)),
                    "bwd fast path": lambda: K.gelu_backward(dy, x, s0),
-                   "bwd numexpr": lambda: ne.evaluate("dy*s0*(1 + (d1 + d2*x*x)*x*(1 - s0))")}
+                   "bwd numexpr": lambda: ne.evaluate("dy*s0*(1 + (d1 + d2*x*x)*x*(1 - s0))",
+                                                      local_dict=dict(dy=dy, s0=s0, x=x, d1=d1,
+                                                                      d2=d2))}
             diff = {"fwd": float(np.max(np.abs(fns["fwd numexpr"]() - fns["fwd fast path"]()[0]))),
                     "bwd": float(np.max(np.abs(fns["bwd numexpr"]() - fns["bwd fast path"]())))}
             ts = {k: [] for k in fns}

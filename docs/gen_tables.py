@@ -194,6 +194,44 @@ def speed_by_cpu(_):
                   ["---", "---", "---:", "---:", "---:", "---:", "---", "---"])
 
 
+def peer_anatomy(_):
+    """docs/peer-torch.md: where the time of a step goes, from every committed peer run that
+    has an anatomy (``benchmarks/peer_torch.py --anatomy``)."""
+    rows = []
+    for path in sorted(glob.glob(os.path.join(ROOT, "docs/bench/peer_torch*.json"))):
+        rel = os.path.relpath(path, ROOT)
+        d = _load(rel)
+        env = d["env"]
+        for key, r in d.get("anatomy", {}).items():
+            if not key.endswith("@1"):    # a step in shards on several threads: see below
+                continue
+            a, t = r["tostnp"], r["torch"]
+            n = a["numpy_calls"]
+            rows.append([f"[`{os.path.basename(rel)}`](bench/{os.path.basename(rel)})",
+                         f"{env.get('cpu', '?')}; {'; '.join(env['blas'])}",
+                         f"{env['loadavg_start'][0]:.1f}–{env['loadavg_end'][0]:.1f}",
+                         key.replace("@", ", ") + " thr",
+                         *[f"{1e3 * a[k]:.1f} / {1e3 * t[k]:.1f}"
+                           for k in ("step_s", "products_s", "rest_s")],
+                         f"{n['matmul']} / {t['numpy_calls']['matmul']:.0f}",
+                         f"{n['ufunc']} + {n['function']}; {a['calls']['python_calls']:,}",
+                         f"{t['numpy_calls']['aten_ops']:,.0f}"])
+    return ("Where a step's time goes, tostnp / PyTorch, ms (medians): the step; its matrix "
+            "products (tostnp's: all of them in a pass of their own, alternating with the step; "
+            "PyTorch's: its GEMM ops' self time under torch.profiler); the rest (elementwise work, "
+            "reductions, copies, the Python or dispatch between them). Calls per step: products; "
+            "tostnp's other NumPy calls (ufuncs + array functions) and Python function calls; "
+            "PyTorch's aten ops (nested ones included). A load above 2 means the two cores were "
+            "shared with other work: read those rows as proportions, not speeds. 1 thread only: at "
+            "2 threads tostnp's LM runs its batch in shards on both cores, while its products "
+            "pass runs on one (the JSON files keep those rows).\n\n"
+            + _table(["file", "CPU; NumPy's BLAS", "load", "step", "step ms", "products ms",
+                      "rest ms", "products (calls)", "tostnp NumPy calls; Python calls",
+                      "torch aten ops"], rows,
+                     ["---", "---", "---:", "---", "---:", "---:", "---:", "---:", "---:",
+                      "---:"]))
+
+
 # --------------------------------------------------------------------------- context scaling
 def context_table(_):
     d = _load("docs/bench/context_scaling.json")
@@ -325,7 +363,7 @@ def experiments_report(_):
 
 GENERATORS = {
     "bench-layers": bench_layers, "bench-train": bench_train, "peer-runs": peer_runs,
-    "speed-by-cpu": speed_by_cpu, "context-table": context_table, "context-runs": context_runs,
+    "speed-by-cpu": speed_by_cpu, "peer-anatomy": peer_anatomy, "context-table": context_table, "context-runs": context_runs,
     "results": results_table, "durations": durations, "results-brief": results_brief, "experiments": experiments_report,
 }
 PAGES = ["README.md", "docs/benchmarks.md", "docs/peer-torch.md", "docs/context-scaling.md",

@@ -84,8 +84,9 @@ def _record(step, params: dict) -> dict:
 
 
 def count_calls(step) -> dict:
-    """Python-level and C-level function calls of one ``step()`` (sys.setprofile events; NumPy
-    operators such as ``a * b`` run inside the bytecode and are not calls)."""
+    """Python-level and C-level function calls of one ``step()`` on the calling thread
+    (sys.setprofile events; NumPy operators such as ``a * b`` run inside the bytecode and are
+    not calls)."""
     n = Counter()
 
     def prof(frame, event, arg):
@@ -134,7 +135,10 @@ def step_anatomy(step, params: dict, *, repeats: int = 7, step_repeats: int = 5)
     on fresh operands of the same shapes and layouts) alternate ``step_repeats`` times and the
     medians are taken, so both see the same machine (on a busy machine a short sample can
     catch an idle moment that a whole step never does). Each product is also timed alone (the
-    fastest of ``repeats`` ~2 ms samples), to rank them.
+    fastest of ``repeats`` ~2 ms samples), to rank them. The products pass runs on the calling
+    thread (BLAS's threads apply): for a step that runs its batch in shards on several threads
+    the split does not hold. The step right after a products pass starts with colder caches
+    than in training: read ``step_s`` as the split's total, not as the step's speed.
 
     Returns {"step_s", "products_s" (the products pass), "rest_s" (step_s - products_s:
     elementwise work, reductions, copies, the Python between them), "calls":
