@@ -144,6 +144,8 @@ def peer_runs(_):
     for path in sorted(files, key=lambda p: _load(os.path.relpath(p, ROOT))["env"]["date"]):
         rel = os.path.relpath(path, ROOT)
         d = _load(rel)
+        if "timing" not in d:             # an --anatomy-only run: no step times to compare
+            continue
         env, t = d["env"], d["timing"]
         load = env["loadavg_start"][0], env["loadavg_end"][0]
         cells = [_peer_cell(t[th][b]) if b in t.get(th, {}) else "—"
@@ -159,26 +161,75 @@ def peer_runs(_):
 
 
 def speed_by_cpu(_):
-    """README: the latest committed peer run per CPU (and BLAS), side by side."""
-    latest = {}
+    """README: the latest committed peer runs per CPU (and BLAS), side by side: per benchmark
+    the latest idle run (load average at the start at most 4) that has it, or, for a CPU with
+    no idle run, its latest run under load, marked as such."""
+    runs = {}
     for path in glob.glob(os.path.join(ROOT, "docs/bench/peer_torch*.json")):
         rel = os.path.relpath(path, ROOT)
         d = _load(rel)
-        # a run under load (loadavg at the start above 4) says little about speed
-        if d["env"]["loadavg_start"][0] > 4:
-            continue
-        key = (d["env"].get("cpu", "?"), tuple(d["env"]["blas"]))
-        if key not in latest or d["env"]["date"] > latest[key][1]["env"]["date"]:
-            latest[key] = (rel, d)
+        if "timing" in d:
+            key = (d["env"].get("cpu", "?"), tuple(d["env"]["blas"]))
+            runs.setdefault(key, []).append((d["env"]["loadavg_start"][0] <= 4, rel, d))
     rows = []
-    for (cpu, blas), (rel, d) in sorted(latest.items()):
-        t = d["timing"]
-        rows.append([f"{cpu}, {d['env']['host_cpus']} CPUs", "; ".join(blas),
-                     *[_peer_cell(t[th][b]) for b, _ in PEER_BENCHES for th in ("1", "2")],
-                     f"[`{rel}`]({rel})"])
+    for (cpu, blas), rs in sorted(runs.items()):
+        idle = any(r[0] for r in rs)
+        rs = sorted((r for r in rs if r[0] == idle), key=lambda r: r[2]["env"]["date"])
+        cells, used = [], []
+        for b, _ in PEER_BENCHES:
+            for th in ("1", "2"):
+                have = [r for r in rs if b in r[2]["timing"].get(th, {})]
+                cells.append(_peer_cell(have[-1][2]["timing"][th][b]) if have else "—")
+                if have and have[-1] not in used:
+                    used.append(have[-1])
+        loads = [x for _, _, d in used for x in (d["env"]["loadavg_start"][0],
+                                                 d["env"]["loadavg_end"][0])]
+        load = f"load {min(loads):.1f}–{max(loads):.1f}" if loads else ""
+        rows.append([f"{cpu}, {rs[-1][2]['env']['host_cpus']} CPUs", "; ".join(blas), *cells,
+                     f"idle ({load})" if idle
+                     else f"**measured under shared load** ({load}): not a speed claim",
+                     ", ".join(f"[`{os.path.basename(rel)}`]({rel})" for _, rel, _ in used)])
     return _table(["CPU", "NumPy's BLAS", "LM, 1 thread", "LM, 2 threads", "digits, 1 thread",
-                   "digits, 2 threads", "file"], rows,
-                  ["---", "---", "---:", "---:", "---:", "---:", "---"])
+                   "digits, 2 threads", "conditions", "files"], rows,
+                  ["---", "---", "---:", "---:", "---:", "---:", "---", "---"])
+
+
+def peer_anatomy(_):
+    """docs/peer-torch.md: where the time of a step goes, from every committed peer run that
+    has an anatomy (``benchmarks/peer_torch.py --anatomy``)."""
+    rows = []
+    for path in sorted(glob.glob(os.path.join(ROOT, "docs/bench/peer_torch*.json"))):
+        rel = os.path.relpath(path, ROOT)
+        d = _load(rel)
+        env = d["env"]
+        for key, r in d.get("anatomy", {}).items():
+            if not key.endswith("@1"):    # a step in shards on several threads: see below
+                continue
+            a, t = r["tostnp"], r["torch"]
+            n = a["numpy_calls"]
+            rows.append([f"[`{os.path.basename(rel)}`](bench/{os.path.basename(rel)})",
+                         f"{env.get('cpu', '?')}; {'; '.join(env['blas'])}",
+                         f"{env['loadavg_start'][0]:.1f}–{env['loadavg_end'][0]:.1f}",
+                         key.replace("@", ", ") + " thr",
+                         *[f"{1e3 * a[k]:.1f} / {1e3 * t[k]:.1f}"
+                           for k in ("step_s", "products_s", "rest_s")],
+                         f"{n['matmul']} / {t['numpy_calls']['matmul']:.0f}",
+                         f"{n['ufunc']} + {n['function']}; {a['calls']['python_calls']:,}",
+                         f"{t['numpy_calls']['aten_ops']:,.0f}"])
+    return ("Where a step's time goes, tostnp / PyTorch, ms (medians): the step; its matrix "
+            "products (tostnp's: all of them in a pass of their own, alternating with the step; "
+            "PyTorch's: its GEMM ops' self time under torch.profiler); the rest (elementwise work, "
+            "reductions, copies, the Python or dispatch between them). Calls per step: products; "
+            "tostnp's other NumPy calls (ufuncs + array functions) and Python function calls; "
+            "PyTorch's aten ops (nested ones included). A load above 2 means the two cores were "
+            "shared with other work: read those rows as proportions, not speeds. 1 thread only: at "
+            "2 threads tostnp's LM runs its batch in shards on both cores, while its products "
+            "pass runs on one (the JSON files keep those rows).\n\n"
+            + _table(["file", "CPU; NumPy's BLAS", "load", "step", "step ms", "products ms",
+                      "rest ms", "products (calls)", "tostnp NumPy calls; Python calls",
+                      "torch aten ops"], rows,
+                     ["---", "---", "---:", "---", "---:", "---:", "---:", "---:", "---:",
+                      "---:"]))
 
 
 # --------------------------------------------------------------------------- context scaling
@@ -312,7 +363,7 @@ def experiments_report(_):
 
 GENERATORS = {
     "bench-layers": bench_layers, "bench-train": bench_train, "peer-runs": peer_runs,
-    "speed-by-cpu": speed_by_cpu, "context-table": context_table, "context-runs": context_runs,
+    "speed-by-cpu": speed_by_cpu, "peer-anatomy": peer_anatomy, "context-table": context_table, "context-runs": context_runs,
     "results": results_table, "durations": durations, "results-brief": results_brief, "experiments": experiments_report,
 }
 PAGES = ["README.md", "docs/benchmarks.md", "docs/peer-torch.md", "docs/context-scaling.md",

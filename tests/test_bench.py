@@ -169,3 +169,47 @@ def test_train_bench_thread_counts(tmp_path, capsys):
 def test_train_bench_rejects_unknown_bench(tmp_path, capsys):
     rc = main(["bench", "--train", "--benches", "gpt", "--out", str(tmp_path)])
     assert rc == 2 and "error: --benches" in capsys.readouterr().err
+
+
+def test_step_anatomy_counts_a_known_step():
+    """A step of known work: 3 products of 2 shapes (one on a transposed operand), 2 tanh,
+    1 add. The anatomy counts them from the arrays themselves, the step computes the same
+    numbers while recorded, and the parameters are plain ndarrays again afterwards."""
+    import numpy as np
+    from tostnp.bench.anatomy import step_anatomy
+    g = np.random.default_rng(0)
+    x = g.standard_normal((6, 8))
+    params = {"W": g.standard_normal((8, 4)), "V": g.standard_normal((4, 4))}
+    seen = []
+
+    def step():
+        h = np.tanh(x @ params["W"])                       # (6, 8) @ (8, 4)
+        y = np.tanh(h @ params["V"]) + 1.0                 # (6, 4) @ (4, 4)
+        gW = h.T @ y                                       # (4, 6)T @ (6, 4)
+        seen.append(float(np.sum(y)) + float(np.sum(gW)))
+
+    ref = (np.tanh(np.tanh(x @ params["W"]) @ params["V"]) + 1.0)
+    ref_sum = float(np.sum(ref)) + float(np.sum(np.tanh(x @ params["W"]).T @ ref))
+    a = step_anatomy(step, params, repeats=2, step_repeats=2)
+    assert all(type(v) is np.ndarray for v in params.values())
+    assert seen[0] == ref_sum                              # the recorded step: same numbers
+    shapes = {(tuple(p["a"]), p["a_layout"], tuple(p["b"]), p["b_layout"]): p["count"]
+              for p in a["products"]}
+    assert shapes == {((6, 8), "C", (8, 4), "C"): 1, ((6, 4), "C", (4, 4), "C"): 1,
+                      ((4, 6), "T", (6, 4), "C"): 1}
+    assert a["numpy_calls"]["matmul"] == 3
+    assert a["ufuncs"]["tanh"] == 2 and a["ufuncs"]["add"] == 1
+    assert a["functions"]["sum"] == 2
+    assert a["calls"]["python_calls"] >= 1 and a["step_s"] > 0
+    assert a["products_s"] > 0 and a["rest_s"] == a["step_s"] - a["products_s"]
+
+
+def test_cpu_slug_and_machine_info():
+    from tostnp.bench.machine import cpu_slug, machine_info
+    assert cpu_slug("Intel(R) Xeon(R) Processor") == "intel-xeon"
+    assert cpu_slug("AMD EPYC 7763 64-Core Processor") == "amd-epyc-7763"
+    assert cpu_slug("Intel(R) Core(TM) i7-8550U CPU @ 1.80GHz") == "intel-core-i7-8550u"
+    m = machine_info()
+    assert m["cpu"] and m["cpu_slug"] == cpu_slug(m["cpu"]) and m["logical_cpus"] >= 1
+    import numpy as np
+    assert m["numpy"] == np.__version__

@@ -6,29 +6,21 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import time
 
 from .torch_models import torch_defs
 
 
 def header(out):
-    import numpy as np
+    from tostnp.bench.machine import machine_info
+    m = machine_info()
     la = os.getloadavg()
-    info = {"date": time.strftime("%Y-%m-%d %H:%M:%S"), "host_cpus": os.cpu_count(),
-            "python": platform.python_version(), "numpy": np.__version__,
-            "loadavg_start": la}
-    try:
-        from threadpoolctl import threadpool_info
-        info["blas"] = [f"{i['internal_api']} {i.get('version')} ({i.get('architecture')})"
-                        for i in threadpool_info() if i["user_api"] == "blas"]
-    except Exception:
-        pass
-    try:
-        with open("/proc/cpuinfo") as f:
-            info["cpu"] = next(l.split(":", 1)[1].strip() for l in f if l.startswith("model name"))
-    except Exception:
-        pass
+    info = {"date": time.strftime("%Y-%m-%d %H:%M:%S"), "host_cpus": m["logical_cpus"],
+            "python": m["python"], "numpy": m["numpy"], "loadavg_start": la,
+            "blas": [f"{b['internal_api']} {b['version']} ({b['architecture']})"
+                     for b in m["numpy_blas"]],
+            "cpu": m["cpu"], "cpu_vendor": m["cpu_vendor"], "cpu_slug": m["cpu_slug"],
+            "machine": m}
     out["env"] = info
     print(f"peer_bench: tostnp (NumPy) vs PyTorch eager (CPU); {info['date']}; "
           f"{info.get('cpu', '?')} x {info['host_cpus']}; Python {info['python']}, NumPy "
@@ -46,6 +38,13 @@ def main():
     ap.add_argument("--skip-check", action="store_true")
     ap.add_argument("--profile", action="store_true", help="also run part 3 (profile)")
     ap.add_argument("--profile-only", action="store_true")
+    ap.add_argument("--anatomy", action="store_true",
+                    help="where the time goes in the LM/vision steps of --only, per thread "
+                         "count: products (shapes, time), the rest, calls per step")
+    ap.add_argument("--anatomy-only", action="store_true", help="only the anatomy")
+    ap.add_argument("--anatomy-layers", action="store_true",
+                    help="with --anatomy at 1 thread: also tostnp's step by layer (cProfile) "
+                         "and torch's by op group (torch.profiler)")
     ap.add_argument("--no-perf", action="store_true", help="skip the perf sampling in part 3")
     ap.add_argument("--json", default=None, help="write all results here")
     args = ap.parse_args()
@@ -64,11 +63,14 @@ def main():
     out["env"]["torch"] = torch.__version__
     print(f"torch {torch.__version__}")
     t0 = time.time()
-    if not args.skip_check and not args.profile_only:
+    if not args.skip_check and not args.profile_only and not args.anatomy_only:
         run_checks(out)
-    if not args.profile_only:
+    if not args.profile_only and not args.anatomy_only:
         run_timing(args, out)
         print_table(out)
+    if args.anatomy or args.anatomy_only:
+        from .profiling import run_anatomy
+        run_anatomy(args, out)
     if args.profile or args.profile_only:
         run_profile(args, out)
     la = os.getloadavg()

@@ -54,16 +54,20 @@ def make_step(system, bench):
     if bench in ("lm", "vision", "lm_tiny"):
         kind = bench
         if system == "tostnp":
-            step, task, tcfg, _, _ = tostnp_trainer(kind)
+            step, task, tcfg, params, _ = tostnp_trainer(kind)
         else:
             step, _, _, _, task, tcfg = torch_trainer(kind)
+            params = None
         cfg = task.cfg
         if kind.startswith("lm"):
             items, unit = task.batch_size * cfg.block_size, "tokens"
         else:
             items, unit = task.batch_size, "images"
         meta = {"items_per_step": items, "unit": unit, "batch": task.batch_size}
-        return (lambda: {k: v for k, v in step().items() if k != "loss"}), meta
+        def phases():
+            return {k: v for k, v in step().items() if k != "loss"}
+        phases.params = params          # tostnp: the dict the step reads (for the anatomy)
+        return phases, meta
     if bench in ("block_nc", "block_c"):
         causal = bench == "block_c"
         f = tostnp_block(causal) if system == "tostnp" else torch_block(causal)

@@ -265,3 +265,37 @@ def perf_profile(system, bench, threads, seconds):
     print("    top symbols: " + "; ".join(f"{p:.1f}% {s_[:40]}" for p, _, s_ in rows[:6]))
     return {"categories_pct": {c: 100 * v / tot for c, v in cats.items()}, "top": rows[:20]}
 
+
+
+def run_anatomy(args, out):
+    """Where the time goes in each default step, tostnp beside torch, at each thread count:
+    the step (median of 5), its products (count, time), the rest, the calls per step."""
+    from tostnp.bench.anatomy import format_anatomy
+    res = {}
+    print("\n== Anatomy of a step (medians; products: tostnp's in a pass of its own "
+          "alternating with the step, torch's GEMM self times under its profiler) ==")
+    for threads in args.threads:
+        for bench in [b for b in args.only if b in ("lm", "vision", "lm_tiny")]:
+            r = {}
+            for system in ("tostnp", "torch"):
+                w = start_worker(system, bench, threads)
+                try:
+                    r[system] = w.cmd(cmd="anatomy")["anatomy"]
+                finally:
+                    w.close()
+            res[f"{bench}@{threads}"] = r
+            a, t = r["tostnp"], r["torch"]
+            ms = lambda s: f"{1e3 * s:7.2f}"  # noqa: E731
+            print(f"  {BENCH_TITLES[bench]}, {threads} thread(s): ms tostnp / torch")
+            print(f"    step      {ms(a['step_s'])} / {ms(t['step_s'])}")
+            print(f"    products  {ms(a['products_s'])} / {ms(t['products_s'])}   "
+                  f"({a['numpy_calls']['matmul']} / {t['numpy_calls']['matmul']:.0f} calls)")
+            print(f"    the rest  {ms(a['rest_s'])} / {ms(t['rest_s'])}   (tostnp: "
+                  f"{a['numpy_calls']['ufunc']} ufunc + {a['numpy_calls']['function']} NumPy "
+                  f"function calls, {a['calls']['python_calls']} Python calls; torch: "
+                  f"{t['numpy_calls']['aten_ops']:.0f} aten ops per step)")
+            print(format_anatomy("tostnp", a))
+            if threads == 1 and args.anatomy_layers:      # the same phases, by layer
+                r["tostnp_layers"] = cprofile_table(bench, 10 if bench == "lm" else 60)
+                r["torch_ops"] = torch_profile_table(bench, 5 if bench == "lm" else 30)
+    out["anatomy"] = res

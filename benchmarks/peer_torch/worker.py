@@ -26,6 +26,41 @@ def _thp_faults():
     return 0
 
 
+_GEMMS = ("aten::mm", "aten::addmm", "aten::bmm", "aten::baddbmm")
+
+
+def _anatomy(system, step):
+    """tostnp: tostnp.bench.anatomy.step_anatomy (products recorded from the arrays and timed
+    alone, the rest, NumPy and Python calls). torch: the same split from torch.profiler (GEMM
+    ops with their input shapes and self times, aten ops per step) and the median of 5 plain
+    steps."""
+    if system == "tostnp":
+        from tostnp.bench.anatomy import step_anatomy
+        return step_anatomy(step, step.params)
+    from torch.profiler import profile, ProfilerActivity
+    ts = []
+    for _ in range(5):
+        t0 = time.perf_counter()
+        step()
+        ts.append(time.perf_counter() - t0)
+    k = 3
+    with profile(activities=[ProfilerActivity.CPU], record_shapes=True) as pr:
+        for _ in range(k):
+            step()
+    ev = pr.key_averages(group_by_input_shape=True)
+    prods = sorted(({"op": e.key, "shapes": str(e.input_shapes), "count": e.count / k,
+                     "s_each": e.self_cpu_time_total / e.count / 1e6}
+                    for e in ev if e.key in _GEMMS), key=lambda p: -p["count"] * p["s_each"])
+    step_s = statistics.median(ts)
+    products_s = sum(p["count"] * p["s_each"] for p in prods)
+    return {"step_s": step_s, "products": prods, "products_s": products_s,
+            "rest_s": step_s - products_s,
+            "numpy_calls": {"matmul": sum(p["count"] for p in prods),
+                            "aten_ops": sum(e.count for e in pr.key_averages()) / k},
+            "note": "torch: GEMM self times under torch.profiler (3 steps); step_s the "
+                    "median of 5 plain steps"}
+
+
 def worker_main(system, bench, threads):
     import resource
     import numpy  # noqa: F401  (load OpenBLAS first: threadpoolctl only limits loaded libraries)
@@ -118,6 +153,8 @@ def worker_main(system, bench, threads):
                                 e.cpu_time_total / k / 1e3, e.count / k)
                                for e in pr.key_averages()), key=lambda r: -r[1])
                 send({"rows": rows})
+            elif cmd["cmd"] == "anatomy":            # where a step's time goes
+                send({"anatomy": _anatomy(system, step0)})
             else:
                 break
 

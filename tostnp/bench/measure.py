@@ -15,6 +15,7 @@ import numpy as np
 
 from .. import backend
 from ..backend.budget import memory_budget
+from .machine import loadavg as _loadavg
 from .peaks import traced_peak_bytes
 
 __all__ = ["DEFAULT_SIZES", "DEFAULT_CONTEXTS", "LAYERS", "LABELS", "run_benchmark",
@@ -307,13 +308,6 @@ def run_benchmark(s: dict, progress: bool = True) -> dict:
         "train": train if s["train"] else {"skipped": "--no-train"},
     }
     return result
-
-
-def _loadavg():
-    try:
-        return [round(v, 2) for v in os.getloadavg()]
-    except (AttributeError, OSError):
-        return None
 
 
 def _meta(s, load_before) -> dict:

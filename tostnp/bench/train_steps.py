@@ -36,7 +36,7 @@ import numpy as np
 from .. import backend
 from .peaks import peak_rss_bytes, reset_peak_rss, traced_peak_bytes
 
-__all__ = ["TRAIN_BENCHES", "run_train_bench", "format_train_report"]
+__all__ = ["TRAIN_BENCHES", "run_train_bench", "train_anatomy", "format_train_report"]
 
 TRAIN_BENCHES = ("lm", "vision", "block")
 BLOCK_SHAPE = dict(B=4, N=4096, C=384, h=6)
@@ -53,11 +53,12 @@ def _minflt() -> float:
 
 class _Step:
     """A training step split into phases: fwd() -> state, bwd(state) -> grads, opt(grads);
-    ``shards``: a one-element list, the shards of the last step (1: the batch whole)."""
+    ``shards``: a one-element list, the shards of the last step (1: the batch whole);
+    ``params``: the parameter dict the step reads (for :func:`train_anatomy`)."""
 
-    def __init__(self, name, desc, items, unit, fwd, bwd, opt, shards=None):
+    def __init__(self, name, desc, items, unit, fwd, bwd, opt, shards=None, params=None):
         self.name, self.desc, self.items, self.unit = name, desc, items, unit
-        self.fwd, self.bwd, self.opt = fwd, bwd, opt
+        self.fwd, self.bwd, self.opt, self.params = fwd, bwd, opt, params
         self.shards = [1] if shards is None else shards
 
     def run(self, times=None):
@@ -147,7 +148,7 @@ def _lm_step(xp, dtype, quick, seed):
     fwd, bwd, shards = _classifier_phases(xp, opt, batch, lambda x, p: lm_forward(x, p, cfg),
                                           lm_backward, T * cfg.width)
     return _Step("lm", f"LM {DEFAULT_PRESET['lm']} train step ({B}x{T} tokens, vocabulary {V})",
-                 B * T, "tokens", fwd, bwd, opt_step, shards)
+                 B * T, "tokens", fwd, bwd, opt_step, shards, opt.params)
 
 
 def _vision_step(xp, dtype, quick, seed):
@@ -172,7 +173,7 @@ def _vision_step(xp, dtype, quick, seed):
                                           lambda x, p: vision_forward(x, p, cfg), vision_backward,
                                           cfg.block_tokens * cfg.width)
     return _Step("vision", f"vision tiny-digits train step ({B} images)", B, "images",
-                 fwd, bwd, opt_step, shards)
+                 fwd, bwd, opt_step, shards, opt.params)
 
 
 def _block_step(xp, dtype, quick, seed):
@@ -195,7 +196,7 @@ def _block_step(xp, dtype, quick, seed):
         return grads, xp.sum(y[0, 0, :])
 
     return _Step("block", f"ToST block fwd+bwd+AdamW, B{B} N{N} C{C} h{h}", B * N, "tokens",
-                 fwd, bwd, opt_step)
+                 fwd, bwd, opt_step, params=opt.params)
 
 
 _BUILDERS = {"lm": _lm_step, "vision": _vision_step, "block": _block_step}
@@ -299,6 +300,22 @@ def run_train_bench(benches=TRAIN_BENCHES, *, dtype: str = "float32", rounds: in
                 key = (name, True, n)
                 pairs = [a[0] / b[0] for a, b in zip(samples[key], samples[base])]
                 out[label(key)][f"ratio_to_{counts[0]}t_paired"] = statistics.median(pairs)
+    return out
+
+
+def train_anatomy(benches=TRAIN_BENCHES, *, dtype: str = "float32", quick: bool = False,
+                  seed: int = 0) -> dict:
+    """Where each step's time goes (:func:`tostnp.bench.anatomy.step_anatomy`: its products
+    with their shapes and time alone, the rest, NumPy and Python calls per step), on the fast
+    path and the thread count in force: {name: anatomy}."""
+    from .anatomy import step_anatomy
+    xp = backend.get_xp("cpu")
+    out = {}
+    for name in benches:
+        st = _BUILDERS[name](xp, getattr(xp, dtype), quick, seed)
+        for _ in range(2):
+            st.run()
+        out[name] = step_anatomy(st.run, st.params)
     return out
 
 

@@ -126,7 +126,10 @@ def run(args) -> int:
 
 def _run_train(args) -> int:
     from ..bench.measure import _loadavg
-    from ..bench.train_steps import TRAIN_BENCHES, run_train_bench, format_train_report
+    from ..bench.anatomy import format_anatomy
+    from ..bench.machine import machine_info
+    from ..bench.train_steps import (TRAIN_BENCHES, run_train_bench, train_anatomy,
+                                     format_train_report)
     benches = args.benches or list(TRAIN_BENCHES)
     bad = [b for b in benches if b not in TRAIN_BENCHES]
     if bad:
@@ -139,17 +142,23 @@ def _run_train(args) -> int:
                           quick=args.quick, compare_plain=args.compare_plain,
                           threads=args.threads if args.threads and len(args.threads) > 1
                           else None, seed=args.seed, progress=not args.no_progress)
+    anatomy = train_anatomy(benches, dtype=args.dtype, quick=args.quick, seed=args.seed)
     from threadpoolctl import threadpool_info
     blas_threads = sorted({i["num_threads"] for i in threadpool_info()
                            if i.get("user_api") == "blas"})
-    meta = {"load_before": load_before, "load_after": _loadavg(),
+    meta = {"load_before": load_before, "load_after": _loadavg(), "machine": machine_info(),
             "blas_threads": blas_threads, "kept_freed_memory": kept, "dtype": args.dtype,
             "command": how_to_run("bench", *sys.argv[2:])
             if sys.argv[1:2] == ["bench"] else None}
     os.makedirs(args.out, exist_ok=True)
     path = os.path.join(args.out, "bench_train_cpu.json")
-    atomic_write_text(path, json.dumps({"meta": meta, "train": res}, indent=1) + "\n")
+    atomic_write_text(path, json.dumps({"meta": meta, "train": res, "anatomy": anatomy},
+                                          indent=1) + "\n")
     print(format_train_report(res))
+    print(f"Where the time goes ({meta['machine']['cpu']}, {meta['machine']['blas']}; "
+          "medians of 5, products in a pass of their own):")
+    for name, a in anatomy.items():
+        print(format_anatomy(name, a))
     print(f"BLAS threads {blas_threads}; load average {load_before} before, "
           f"{meta['load_after']} after; wrote {path}")
     return 0
