@@ -14,7 +14,7 @@
 * the per-token time of the O(1) recurrent decoder (:func:`tostnp.nn.tssa_decode_step`)
   against the context length, after prefilling the state with the causal forward;
 * the training throughput (forward, backward and AdamW step, synthetic data) of the default
-  models ("tiny-digits" vision classifier, "tiny-char" language model).
+  models ("tiny-digits" vision classifier, "tiny-lm" language model).
 
 Timing: warm-up, then the median of ``--repeats`` runs; the runs are interleaved in rounds
 (each measurement once per round), so a change of load during the run hits every size alike.

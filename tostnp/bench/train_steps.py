@@ -69,19 +69,15 @@ class _Step:
 
 
 def _optimiser(params, tcfg):
-    from ..train.optim import AdamW, clip_grad_norm, lr_schedule
-    opt = AdamW(params, lr=tcfg.lr, betas=(tcfg.beta1, tcfg.beta2),
-                weight_decay=tcfg.weight_decay)
+    """The training loop's optimizer and update (:func:`tostnp.train.loop.update_step`: clip,
+    schedule, loss to the host and its check, AdamW), cycling through the schedule."""
+    from ..train.loop import make_optimizer, update_step
+    opt = make_optimizer(params, tcfg)
     count = [0]
 
     def step(grads_loss):
         grads, loss = grads_loss
-        grads, gnorm = clip_grad_norm(grads, tcfg.grad_clip)
-        lr = lr_schedule(count[0] % tcfg.steps, max_lr=tcfg.lr, min_lr=tcfg.final_lr,
-                         warmup_steps=tcfg.warmup_steps, total_steps=tcfg.steps)
-        if not np.isfinite(float(loss)) or not np.isfinite(gnorm):
-            raise FloatingPointError("non-finite loss or gradient in the benchmark")
-        opt.step(grads, lr=lr)
+        update_step(opt, grads, loss, count[0] % tcfg.steps, tcfg)
         count[0] += 1
     return opt, step
 
@@ -123,17 +119,17 @@ def _classifier_phases(xp, opt, batch, forward, backward, row_elements):
 
 
 def _lm_step(xp, dtype, quick, seed):
-    from ..models.configs import LM_TRAIN_PRESET as d
     from ..models import get_lm_config, lm_init
+    from ..models.configs import DEFAULT_PRESET
     from ..models.lm import lm_forward, lm_backward
-    from ..train.loop import TrainConfig
+    from ..train.defaults import default_train_config, default_data_config
     # the default LM: its vocabulary is the default tokenizer's (BPE: d.vocab_size symbols)
-    V = d.vocab_size if d.tokenizer == "bpe" else get_lm_config("tiny-char").vocab_size
-    cfg = get_lm_config("tiny-char", vocab_size=V,
+    d = default_data_config("lm")
+    V = d.vocab_size if d.tokenizer == "bpe" else get_lm_config().vocab_size
+    cfg = get_lm_config(vocab_size=V,
                         **({"width": 16, "depth": 1, "block_size": 16} if quick else {}))
-    B, T = (2 if quick else d.batch_size), cfg.block_size
-    tcfg = TrainConfig(steps=d.steps, warmup_steps=d.warmup_steps, lr=d.lr,
-                       weight_decay=d.weight_decay)
+    tcfg = default_train_config("lm")
+    B, T = (2 if quick else tcfg.batch_size), cfg.block_size
     opt, opt_step = _optimiser(lm_init(cfg, backend.RNG(seed), xp, dtype), tcfg)
     host = np.random.default_rng(seed)
 
@@ -144,19 +140,19 @@ def _lm_step(xp, dtype, quick, seed):
 
     fwd, bwd, shards = _classifier_phases(xp, opt, batch, lambda x, p: lm_forward(x, p, cfg),
                                           lm_backward, T * cfg.width)
-    return _Step("lm", f"LM tiny-char train step ({B}x{T} tokens, vocabulary {V})", B * T, "tokens",
-                 fwd, bwd, opt_step, shards)
+    return _Step("lm", f"LM {DEFAULT_PRESET['lm']} train step ({B}x{T} tokens, vocabulary {V})",
+                 B * T, "tokens", fwd, bwd, opt_step, shards)
 
 
 def _vision_step(xp, dtype, quick, seed):
-    from ..models.configs import get_vision_train_preset
     from ..models import get_vision_config, vision_init
     from ..models.vision import vision_forward, vision_backward
-    from ..train.loop import TrainConfig
-    cfg = get_vision_config("tiny-digits", **({"width": 16, "depth": 1} if quick else {}))
-    d = get_vision_train_preset("tiny-digits")
-    B = 4 if quick else d.batch_size
-    tcfg = TrainConfig(steps=1000, warmup_steps=20, lr=d.lr, weight_decay=d.weight_decay)
+    from ..train.defaults import default_train_config
+    from ..data import load_digits_split
+    cfg = get_vision_config(**({"width": 16, "depth": 1} if quick else {}))
+    # the preset's schedule over the digits training images (the step's time does not depend on it)
+    tcfg = default_train_config("vision", n_train=len(load_digits_split()[0]))
+    B = 4 if quick else tcfg.batch_size
     opt, opt_step = _optimiser(vision_init(cfg, backend.RNG(seed), xp, dtype), tcfg)
     host = np.random.default_rng(seed)
     S, Cin = cfg.image_size, cfg.in_chans

@@ -60,7 +60,6 @@ def bounded(kind, lo, hi, *, open_lo: bool = False, open_hi: bool = False):
 # Bounds shared by several commands (each far above what this package's presets use).
 SEED = bounded(int, 0, 2 ** 32 - 1)
 THREADS = bounded(int, 1, 1024)
-MAX_ITER = 10 ** 9                    # steps, intervals
 
 
 def add_memory_argument(parser) -> None:

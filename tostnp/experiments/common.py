@@ -21,7 +21,7 @@ from ..train.seeds import run_over_seeds
 from ..io.atomic import atomic_savefig, atomic_write_text
 from ..train.loop import TrainConfig, train
 
-__all__ = ["train_run", "train_digits", "peak_step_bytes", "Recorder", "fmt", "markdown_table",
+__all__ = ["train_run", "digits_settings", "train_digits", "peak_step_bytes", "Recorder", "fmt", "markdown_table",
            "savefig"]
 
 
@@ -35,6 +35,17 @@ def train_run(task, tcfg: TrainConfig) -> dict:
     evals = [r for r in res["metrics"] if r["kind"] == "eval"]
     return {"params": res["params"], "metrics": res["metrics"], "final": evals[-1],
             "wall_s": wall, "cpu_s": cpu}
+
+
+def digits_settings(**settings) -> dict:
+    """An experiment's settings on the digits: the "tiny-digits" model and its training preset's
+    batch_size, lr, warmup_epochs, weight_decay and augment_shift
+    (:mod:`tostnp.train.defaults`), with ``settings`` added (epochs, ...) or replacing them."""
+    from ..train.defaults import get_vision_train_preset
+    p = get_vision_train_preset("tiny-digits")
+    return {"config": "tiny-digits", "batch_size": p.batch_size, "lr": p.lr,
+            "warmup_epochs": p.warmup_epochs, "weight_decay": p.weight_decay,
+            "augment_shift": p.augment_shift, **settings}
 
 
 def train_digits(cfg, data, s: dict, seed: int):

@@ -41,7 +41,7 @@ def _text():
 
 def _cfg(s, mixer, width):
     from ..models import get_lm_config
-    return get_lm_config("tiny-char", vocab_size=_text()[2].vocab_size, width=width,
+    return get_lm_config("tiny-lm", vocab_size=_text()[2].vocab_size, width=width,
                          depth=s["depth"], num_heads=s["num_heads"],
                          block_size=s["block_size"], mixer=mixer)
 

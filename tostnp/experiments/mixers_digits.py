@@ -11,13 +11,12 @@ settings are the preset's, shortened, and the same for every mixer).
 from __future__ import annotations
 
 from ..nn.mixers import MIXERS
-from .common import train_digits, peak_step_bytes, fmt, markdown_table, savefig
+from .common import digits_settings, train_digits, peak_step_bytes, fmt, markdown_table, savefig
 
 NAME = "mixers-digits"
 QUESTION = ("Test accuracy, training time and peak memory of every token mixer in the same "
             "digits classifier (same data order, optimiser and steps).")
-FULL = dict(config="tiny-digits", mixers=list(MIXERS), epochs=60, batch_size=64, lr=3e-3,
-            warmup_epochs=1, weight_decay=0.1, augment_shift=1, max_steps=None, overrides={})
+FULL = digits_settings(mixers=list(MIXERS), epochs=60, max_steps=None, overrides={})
 QUICK = dict(FULL, mixers=["tssa", "flash"], epochs=1, max_steps=3,
              overrides=dict(width=16, depth=1))
 

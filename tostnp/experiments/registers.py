@@ -20,14 +20,13 @@ from __future__ import annotations
 
 import numpy as np
 
-from .common import train_digits, fmt, markdown_table, savefig
+from .common import digits_settings, train_digits, fmt, markdown_table, savefig
 
 NAME = "registers"
 QUESTION = ("Do register tokens change ToST's membership maps and token statistics (the "
             "high-norm-artifact question)? Vision model with 0 and 4 registers.")
-FULL = dict(config="tiny-digits", registers=[0, 4], epochs=120, batch_size=64, lr=3e-3,
-            warmup_epochs=1, weight_decay=0.1, augment_shift=1, max_steps=None,
-            overrides={}, map_images=4)
+FULL = digits_settings(registers=[0, 4], epochs=120, max_steps=None, overrides={},
+                       map_images=4)
 QUICK = dict(FULL, epochs=1, max_steps=3, overrides=dict(patch_size=2, width=16, depth=1),
              map_images=2)
 

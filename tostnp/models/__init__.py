@@ -1,7 +1,7 @@
 """ToST models built from :mod:`tostnp.nn`: an image classifier and a causal language model.
 
 * :mod:`tostnp.models.configs` -- dataclass configs and named presets
-  ("tiny-digits", "T", "S"; "tiny-char", "base").
+  ("tiny-digits", "T", "S"; "tiny-lm", "base").
 * :mod:`tostnp.models.vision`  -- patch embedding, ToST blocks, class-attention pooling, head.
 * :mod:`tostnp.models.lm`      -- causal ToST LM with a tied head and an O(1)-per-token sampler.
 

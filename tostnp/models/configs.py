@@ -1,21 +1,21 @@
-"""Model configurations and training presets: dataclasses with every default in one place
-(nanoGPT ``GPTConfig`` style).
+"""Model configurations: dataclasses with every default of a model in one place (nanoGPT
+``GPTConfig`` style).
 
-Named model presets live in :data:`VISION_CONFIGS` and :data:`LM_CONFIGS`; the training settings
-that go with them in :data:`VISION_TRAIN_PRESETS` and :data:`LM_TRAIN_PRESET`. The CLI starts
-from a preset and overrides single fields (``--width``, ``--lr``, ...).
+Named model presets live in :data:`VISION_CONFIGS` and :data:`LM_CONFIGS` (the ones ``train``
+starts from: :data:`DEFAULT_PRESET`); the training settings that go with them are in
+:mod:`tostnp.train.defaults`. The CLI starts from a preset and overrides single fields
+(``--width``, ``--lr``, ...).
 """
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, fields, replace
+from dataclasses import MISSING, dataclass, field, fields, replace
 
 from ..nn.params import check_mixer
 
 __all__ = ["VisionConfig", "LMConfig", "SeqConfig", "VISION_CONFIGS", "LM_CONFIGS", "get_vision_config",
-           "get_lm_config", "VisionTrainPreset", "LMTrainPreset", "VISION_TRAIN_PRESETS",
-           "LM_TRAIN_PRESET", "get_vision_train_preset", "config_from_dict",
-           "dataclass_from_dict"]
+           "get_lm_config", "DEFAULT_PRESET", "PRESET_ALIASES", "config_from_dict", "dataclass_from_dict",
+           "option", "option_fields"]
 
 # Upper limits on sizes read from files (a crafted or mistyped checkpoint must not make us
 # allocate without bound); every published model is far inside them.
@@ -23,6 +23,24 @@ SIZE_LIMITS = {"image_size": 4096, "in_chans": 64, "patch_size": 4096, "num_clas
                "width": 16384, "depth": 1024, "num_heads": 1024, "mlp_ratio": 64,
                "num_cls_blocks": 64, "vocab_size": 1_000_000, "block_size": 1_048_576,
                "in_dim": 1_000_000, "max_len": 1_048_576}
+
+
+def option(default=MISSING, *, dest: str | None = None, resume: str = "compare",
+           path: bool = False):
+    """A dataclass field that an option of ``python -m tostnp train`` sets: ``dest`` is the
+    option's argparse name (the field's own by default); ``resume`` what ``--resume`` does with
+    a value given for it: "compare" (refused when it differs from the checkpoint's), "apply"
+    (where and how the run goes on: used) or "refuse" (the checkpoint fixed what it chose);
+    ``path``: compared as an absolute path."""
+    assert resume in ("compare", "apply", "refuse")
+    return field(default=default, metadata={"option": dest, "resume": resume, "path": path})
+
+
+def option_fields(cls) -> dict:
+    """{option's argparse name: (field name, "compare" | "apply" | "refuse", compared as a
+    path)} of the fields of dataclass ``cls`` made with :func:`option`."""
+    return {f.metadata["option"] or f.name: (f.name, f.metadata["resume"], f.metadata["path"])
+            for f in fields(cls) if "resume" in f.metadata}
 
 
 def _check_fields(cfg, int_fields, float_fields) -> None:
@@ -62,8 +80,8 @@ class VisionConfig:
     "mean" (mean of the patch tokens); num_cls_blocks: class-attention blocks when pool="cls";
     layer_scale_init: LayerScale gamma init (1.0 for shallow vision models, as published);
     ln_eps: LayerNorm eps (1e-6 for vision); init_std: std of the weight matrices (0.02 as
-    published; the tiny digits preset uses 0.1, which on 1347 training images reaches 97% in
-    about half the epochs -- measured with the "tiny-digits" training preset below).
+    published; the tiny digits preset uses 0.1, which trains it in fewer epochs:
+    docs/tuning.md).
 
     The published form (presets "T" and "S"): stem "conv" (3x3 stride-2
     convolutions with BatchNorm, :mod:`tostnp.nn.stem`; patch_size a power of two) instead of
@@ -75,26 +93,27 @@ class VisionConfig:
     mixer: the token mixer of every block (:data:`tostnp.nn.mixers.MIXERS`; "tssa" is ToST, the
     others are baselines in the same model); num_registers: extra learned tokens that go
     through the blocks with the patches and are dropped before pooling (Darcet et al. 2024).
+    Fields made with :func:`option` are set by options of ``train vision``.
     """
     image_size: int = 8
     in_chans: int = 1
-    patch_size: int = 2
+    patch_size: int = option(2)
     num_classes: int = 10
-    width: int = 64
-    depth: int = 2
-    num_heads: int = 4
+    width: int = option(64)
+    depth: int = option(2)
+    num_heads: int = option(4, dest="heads")
     mlp_ratio: int = 2
-    pool: str = "cls"
+    pool: str = option("cls")
     num_cls_blocks: int = 1
-    layer_scale_init: float = 1.0
+    layer_scale_init: float = option(1.0)
     ln_eps: float = 1e-6
     init_std: float = 0.1
-    stem: str = "linear"
-    pos: str = "learned"
-    gelu: str = "tanh"
-    cab: str = "published"
-    mixer: str = "tssa"
-    num_registers: int = 0
+    stem: str = option("linear")
+    pos: str = option("learned")
+    gelu: str = option("tanh")
+    cab: str = option("published")
+    mixer: str = option("tssa")
+    num_registers: int = option(0, dest="registers")
 
     @property
     def num_patches(self) -> int:
@@ -137,24 +156,25 @@ class LMConfig:
     width C, depth, num_heads h, mlp_ratio; layer_scale_init 1e-5 (as published for LMs);
     ln_eps 1e-5; init_std 0.02 (output projections get init_std / sqrt(2 * depth)).
     bias: linear biases (TSSA and MLP) and LayerNorm shifts, as nanoGPT's ``bias`` (the published
-    training uses False); ln_bias: LayerNorm shifts alone, None = same as ``bias`` ("tiny-char"
+    training uses False); ln_bias: LayerNorm shifts alone, None = same as ``bias`` ("tiny-lm"
     keeps its shifts without linear biases); gelu: "tanh" or "erf" (exact, as published).
     mixer: the causal token mixer of every block (:data:`tostnp.nn.mixers.MIXERS`; "tssa" is
-    ToST).
+    ToST). Fields made with :func:`option` are set by options of ``train lm`` (``--bias`` sets
+    ln_bias too; ``--vocab-size`` is the tokenizer's, :class:`tostnp.train.defaults.LMData`).
     """
     vocab_size: int = 65
-    block_size: int = 64
-    width: int = 128
-    depth: int = 4
-    num_heads: int = 4
+    block_size: int = option(64)
+    width: int = option(128)
+    depth: int = option(4)
+    num_heads: int = option(4, dest="heads")
     mlp_ratio: int = 4
-    layer_scale_init: float = 1e-5
+    layer_scale_init: float = option(1e-5)
     ln_eps: float = 1e-5
     init_std: float = 0.02
-    bias: bool = False
+    bias: bool = option(False)
     ln_bias: bool | None = None
-    gelu: str = "tanh"
-    mixer: str = "tssa"
+    gelu: str = option("tanh")
+    mixer: str = option("tssa")
 
     @property
     def ln_shift(self) -> bool:
@@ -220,13 +240,22 @@ VISION_CONFIGS = {
 }
 
 LM_CONFIGS = {
-    # CPU-sized character-level model (vocab_size is set from the corpus).
-    "tiny-char": LMConfig(ln_bias=True),
+    # CPU-sized model (vocab_size is set from the tokenizer: BPE subwords by default, or
+    # characters with --tokenizer char).
+    "tiny-lm": LMConfig(ln_bias=True),
     # The published ToST-Base as trained (bias=False, exact GELU; 110,384,016 parameters with
     # the position table; GPT-2 sized, instantiate only): 12 layers, 12 heads, 768 wide.
     "base": LMConfig(vocab_size=50304, block_size=1024, width=768, depth=12, num_heads=12,
                      gelu="erf"),
 }
+
+
+# Old names of presets, kept working (they name the same config object).
+PRESET_ALIASES = {"tiny-char": "tiny-lm"}        # it trains on BPE subwords by default
+LM_CONFIGS.update({old: LM_CONFIGS[new] for old, new in PRESET_ALIASES.items()})
+
+# The model preset of ``python -m tostnp train vision`` / ``train lm`` without --config.
+DEFAULT_PRESET = {"vision": "tiny-digits", "lm": "tiny-lm"}
 
 
 def _get(table, name, overrides):
@@ -239,77 +268,14 @@ def _get(table, name, overrides):
     return replace(table[name], **{k: v for k, v in overrides.items() if v is not None})
 
 
-def get_vision_config(name: str = "tiny-digits", **overrides) -> VisionConfig:
+def get_vision_config(name: str = DEFAULT_PRESET["vision"], **overrides) -> VisionConfig:
     """Preset ``name`` with fields replaced by the non-None ``overrides``."""
     return _get(VISION_CONFIGS, name, overrides).validate()
 
 
-def get_lm_config(name: str = "tiny-char", **overrides) -> LMConfig:
+def get_lm_config(name: str = DEFAULT_PRESET["lm"], **overrides) -> LMConfig:
     """Preset ``name`` with fields replaced by the non-None ``overrides``."""
     return _get(LM_CONFIGS, name, overrides).validate()
-
-
-# --------------------------------------------------------------------------------------------
-# training presets (the defaults of ``python -m tostnp train``; every field has a CLI flag)
-# --------------------------------------------------------------------------------------------
-@dataclass(frozen=True)
-class VisionTrainPreset:
-    """Training settings for a vision preset, in epochs (the CLI turns them into steps).
-
-    epochs, batch_size, lr (peak), warmup_epochs, weight_decay (AdamW), augment_shift (random
-    translation by up to this many pixels; 0 = none).
-    """
-    epochs: int = 100
-    batch_size: int = 128
-    lr: float = 1e-3
-    warmup_epochs: int = 5
-    weight_decay: float = 0.05
-    augment_shift: int = 0
-
-
-@dataclass(frozen=True)
-class LMTrainPreset:
-    """Training settings for the language model, in optimizer steps; tokenizer "char" or "bpe"
-    (with vocab_size symbols, see tostnp/data/bpe.py).
-
-    The default is BPE with 512 symbols (merges learnt on the training text; ~2.5 characters
-    per token on the default corpus), chosen on the validation text: on the same model and
-    budget it reaches a lower validation bits/char and a far higher word rate than one token
-    per character (docs/results/lm.json against docs/results/lm-char.json, three seeds each;
-    book/10_causal_language.md reads both), because each 64-token context spans ~160
-    characters and whole words are single symbols. The model preset keeps its name
-    "tiny-char" (it describes the model's size; ``--tokenizer char`` trains it on characters).
-    """
-    steps: int = 1000
-    batch_size: int = 32
-    lr: float = 2e-3
-    warmup_steps: int = 50
-    weight_decay: float = 0.1
-    eval_every: int = 250
-    tokenizer: str = "bpe"
-    vocab_size: int | None = 512
-
-
-VISION_TRAIN_PRESETS = {
-    # chosen on the validation split held out of the training images (--val-fraction 0.1, seeds
-    # 0-4, 136 validation images each): 160 epochs against 120 gave validation accuracy
-    # 98.53 +- 1.27% against 98.38 +- 1.83% (min 96.32% against 95.59%), validation loss 0.060
-    # against 0.053 -- a small, mixed difference; 80 epochs gave 96.3% (seed 0). The test split
-    # is only reported (README).
-    "tiny-digits": VisionTrainPreset(epochs=160, batch_size=64, lr=3e-3, warmup_epochs=1,
-                                     weight_decay=0.1, augment_shift=1),
-    "tiny-mnist": VisionTrainPreset(epochs=10, batch_size=128, lr=1e-3, warmup_epochs=1,
-                                    weight_decay=0.05, augment_shift=2),
-    "tiny-cifar": VisionTrainPreset(epochs=30, batch_size=128, lr=1e-3, warmup_epochs=2,
-                                    weight_decay=0.05, augment_shift=4),
-}
-
-LM_TRAIN_PRESET = LMTrainPreset()
-
-
-def get_vision_train_preset(name: str) -> VisionTrainPreset:
-    """The training preset of model preset ``name`` (the dataclass defaults for the others)."""
-    return VISION_TRAIN_PRESETS.get(name, VisionTrainPreset())
 
 
 # Fields that checkpoints written before they existed lack, with the form those models had.

@@ -10,7 +10,7 @@ The head is tied to the token embedding, so the gradient of ``wte`` is the SUM o
 Init (as in the published ToST language models): every weight N(0, 0.02); the two output projections of each block
 (TSSA ``W_o`` and MLP ``W2``) N(0, 0.02 / sqrt(2 * depth)); LayerScale gammas 1e-5; LN eps 1e-5.
 ``cfg.bias`` adds linear biases and LayerNorm shifts (nanoGPT's ``bias``; the published training
-uses False: neither); ``cfg.ln_bias`` keeps the shifts alone ("tiny-char" has them).
+uses False: neither); ``cfg.ln_bias`` keeps the shifts alone ("tiny-lm" has them).
 
 Generation (:func:`lm_generate`) uses the recurrent decoder of the causal TSSA: each layer carries
 its prefix statistics (S1, S2, S3), so each new token costs O(1) in the context length (the

@@ -155,9 +155,9 @@ def vision_forward(images, params: dict, cfg: VisionConfig, train: bool = False)
     ``train``: BatchNorm (conv stem only) normalises with the batch's statistics and
     ``cache["state"]`` holds the updated running statistics (keys as in ``params``); otherwise
     evaluation mode and ``cache["state"]`` is empty. cache["blocks"][i] is the i-th ToST block's
-    cache (the TSSA memberships live there; see :func:`tostnp.analysis.figures.memberships`),
-    cache["tokens_in"][i] its input (B, N + R, C): the N patch tokens, then the
-    R = cfg.num_registers register tokens.
+    cache (the TSSA memberships live there; see
+    :func:`tostnp.analysis.figures.layer_statistics`), cache["tokens_in"][i] its input
+    (B, N + R, C): the N patch tokens, then the R = cfg.num_registers register tokens.
     """
     xp = _check_inputs(images, params, cfg)
     return _forward(images, params, cfg, xp, train)

@@ -4,9 +4,9 @@ A *task* (see :mod:`tostnp.train.tasks`) knows the model and the data; this loop
 
     batch = task.next_batch()                       # host data, drawn from task's own RNG
     loss, grads, extra = task.loss_and_grads(params, batch)
-    grads, norm = clip_grad_norm(grads, 1.0)
-    opt.step(grads, lr=lr_schedule(step, ...))
+    update_step(opt, grads, loss, step, tcfg)    # clip 1.0, lr_schedule(step, ...), AdamW
 
+(:func:`update_step`, the one home of an update: ``bench --train`` and the benchmarks call it),
 plus periodic evaluation (``task.evaluate(params)``), metrics as JSON lines in
 ``<out>/metrics.jsonl``, a loss/accuracy plot ``<out>/curves.png`` and checkpoints
 ``<out>/checkpoint.npz`` + ``<out>/checkpoint.json`` (see :mod:`tostnp.io.checkpoint`).
@@ -41,7 +41,7 @@ import signal
 import threading
 import time
 import warnings
-from dataclasses import dataclass, asdict
+from dataclasses import asdict
 
 from .. import backend
 from ..io import checkpoint as ckpt
@@ -50,16 +50,11 @@ from ..backend.budget import check_memory
 from ..io.limits import loads_json
 from ..io.runlock import run_lock
 from .optim import AdamW, lr_schedule, clip_grad_norm, default_no_decay
+from .defaults import TrainConfig   # its home: the training defaults; imported from here too
 from ..nn.params import sub, prefixed
 
-__all__ = ["TrainConfig", "train", "read_metrics", "TrainingInterrupted",
-           "TrainingDiverged", "TrainingIOError"]
-
-
-# Upper limits (a checkpoint's settings or an option must not run away): a billion updates and
-# a million examples per batch; the memory estimate (tostnp.models.memory) bounds the batch more.
-MAX_STEPS = 10 ** 9
-MAX_BATCH = 1 << 20
+__all__ = ["TrainConfig", "train", "make_optimizer", "update_step", "read_metrics",
+           "TrainingInterrupted", "TrainingDiverged", "TrainingIOError"]
 
 
 class TrainingInterrupted(Exception):
@@ -82,81 +77,6 @@ class TrainingDiverged(FloatingPointError):
 
 class TrainingIOError(OSError):
     """Writing the run directory failed (disk full, read-only, ...); earlier checkpoints are intact."""
-
-
-@dataclass(frozen=True)
-class TrainConfig:
-    """Optimisation settings (defaults as published for ToST: AdamW betas (0.9, 0.95), cosine to
-    max_lr / 10, clip 1.0).
-
-    steps: total optimizer updates (the schedule's length); stop_at: stop early after this many
-    updates, saving a checkpoint (for resuming; None = run to ``steps``); eval_every / log_every:
-    in updates (0 = only at the end); checkpoint_every: in updates (0 = only at the end).
-    """
-    steps: int = 1000
-    batch_size: int = 64
-    lr: float = 1e-3
-    min_lr: float | None = None
-    warmup_steps: int = 100
-    weight_decay: float = 0.05
-    beta1: float = 0.9
-    beta2: float = 0.95
-    grad_clip: float = 1.0
-    eval_every: int = 200
-    log_every: int = 10
-    checkpoint_every: int | None = None
-    seed: int = 0
-    stop_at: int | None = None
-
-    def validate(self) -> "TrainConfig":
-        def integer(f, lo, none_ok=False):
-            v = getattr(self, f)
-            if v is None and none_ok:
-                return
-            if isinstance(v, bool) or not isinstance(v, int) or v < lo:
-                raise ValueError(f"{f} must be an int >= {lo}, got {v!r}")
-
-        def real(f, lo, strict, none_ok=False):
-            v = getattr(self, f)
-            if v is None and none_ok:
-                return
-            ok = isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) \
-                and (v > lo if strict else v >= lo)
-            if not ok:
-                raise ValueError(f"{f} must be a finite number {'>' if strict else '>='} {lo}, "
-                                 f"got {v!r}")
-        for f in ("steps", "batch_size"):
-            integer(f, 1)
-        for f, hi in (("steps", MAX_STEPS), ("batch_size", MAX_BATCH), ("seed", 2 ** 63 - 1)):
-            if getattr(self, f) > hi:
-                raise ValueError(f"{f} must be at most {hi:,}, got {getattr(self, f)!r}")
-        for f in ("warmup_steps", "eval_every", "log_every", "seed"):
-            integer(f, 0)
-        integer("checkpoint_every", 0, none_ok=True)
-        integer("stop_at", 1, none_ok=True)
-        if not self.warmup_steps <= self.steps:
-            raise ValueError(f"warmup_steps must be in [0, steps={self.steps}], "
-                             f"got {self.warmup_steps}")
-        real("lr", 0.0, True)
-        real("min_lr", 0.0, False, none_ok=True)
-        real("weight_decay", 0.0, False)
-        real("grad_clip", 0.0, True)
-        for f in ("beta1", "beta2"):
-            v = getattr(self, f)
-            if isinstance(v, bool) or not isinstance(v, (int, float)) or not 0 <= v < 1:
-                raise ValueError(f"{f} must be in [0, 1), got {v!r}")
-        return self
-
-    @property
-    def checkpoint_interval(self) -> int:
-        """Updates between checkpoints (0: only at the end)."""
-        if self.checkpoint_every is None:
-            return max(self.steps // 20, 1)
-        return self.checkpoint_every
-
-    @property
-    def final_lr(self) -> float:
-        return self.lr / 10 if self.min_lr is None else self.min_lr
 
 
 def read_metrics(path: str) -> list:
@@ -281,7 +201,7 @@ def _train(task, tcfg, out_dir, resume, progress, plot, init_params) -> dict:
         start = _check_resume_state(state, tcfg, ckpt_path)
         params = {k: backend.from_host(xp, v, dtype=dtype, device=device)
                   for k, v in host.items()}
-        opt = _make_opt(params, tcfg)
+        opt = make_optimizer(params, tcfg)
         try:
             opt.load_state_dict({"step": state["opt_step"], "arrays": sub(extra, "opt")})
             if state["data_state"] is not None:  # None: imported weights (tostnp convert),
@@ -296,7 +216,7 @@ def _train(task, tcfg, out_dir, resume, progress, plot, init_params) -> dict:
     else:
         params = task.init_params(backend.RNG(tcfg.seed)) if init_params is None \
             else init_params
-        opt = _make_opt(params, tcfg)
+        opt = make_optimizer(params, tcfg)
         start, records = 0, []
         _write_or_fail(lambda: atomic_write_text(metrics_path, ""), "metrics.jsonl")
 
@@ -320,14 +240,9 @@ def _train(task, tcfg, out_dir, resume, progress, plot, init_params) -> dict:
         for step in range(start, stop):
             batch = task.next_batch()
             loss, grads, extra = task.loss_and_grads(params, batch)
-            grads, gnorm = clip_grad_norm(grads, tcfg.grad_clip)
-            lr = lr_schedule(step, max_lr=tcfg.lr, min_lr=tcfg.final_lr,
-                             warmup_steps=tcfg.warmup_steps, total_steps=tcfg.steps)
-            loss_f = _float(loss)
-            if not math.isfinite(loss_f) or not math.isfinite(gnorm):
-                raise TrainingDiverged(_divergence_message(step + 1, loss_f, gnorm, batch, params,
-                                                           records, lr))
-            opt.step(grads, lr=lr)
+            loss_f, gnorm, lr = update_step(
+                opt, grads, loss, step, tcfg, explain=lambda loss_f, gnorm, lr: (
+                    _divergence_message(step + 1, loss_f, gnorm, batch, params, records, lr)))
             n = step + 1
             try:
                 if n % max(tcfg.log_every, 1) == 0 or n == stop or n == 1:
@@ -421,9 +336,32 @@ def _write_or_fail(fn, what):
         raise TrainingIOError(e.errno, f"cannot write {what}: {e.strerror or e}") from None
 
 
-def _make_opt(params, tcfg):
+def make_optimizer(params, tcfg) -> AdamW:
+    """The AdamW of training: ``tcfg``'s lr, betas and weight decay, none on biases, norms and
+    embeddings (:func:`tostnp.train.optim.default_no_decay`)."""
     return AdamW(params, lr=tcfg.lr, betas=(tcfg.beta1, tcfg.beta2),
                  weight_decay=tcfg.weight_decay, no_decay=default_no_decay)
+
+
+def update_step(opt, grads, loss, step: int, tcfg, explain=None):
+    """One optimizer update as training makes it, after the forward and backward pass: the
+    gradient clipped to ``tcfg.grad_clip``, the learning rate of update ``step`` (0-based) from
+    the warm-up + cosine schedule, the loss to the host and, when the loss or the gradient is
+    NaN/Inf, :class:`TrainingDiverged` before anything changes (its message
+    ``explain(loss, grad_norm, lr)``); then AdamW. Returns (loss as a float, gradient norm, lr).
+    """
+    grads, gnorm = clip_grad_norm(grads, tcfg.grad_clip)
+    lr = lr_schedule(step, max_lr=tcfg.lr, min_lr=tcfg.final_lr,
+                     warmup_steps=tcfg.warmup_steps, total_steps=tcfg.steps)
+    loss_f = _float(loss)
+    if not math.isfinite(loss_f) or not math.isfinite(gnorm):
+        raise TrainingDiverged(explain(loss_f, gnorm, lr) if explain else
+                               f"loss {loss_f}, gradient norm {gnorm} at update {step + 1}")
+    opt.step(grads, lr=lr)
+    return loss_f, gnorm, lr
+
+
+_make_opt = make_optimizer      # the old name, for benchmarks/peer_torch.py until it moves
 
 
 def save(path, task, params, opt, step, tcfg) -> None:

@@ -242,14 +242,15 @@ def describe_config(kind: str, cfg) -> str:
 
 def check_arch(kind: str, cfg, arch: str) -> None:
     """InterchangeError unless ``cfg`` has the architecture of the preset ``arch``."""
-    from ...models.configs import VISION_CONFIGS, LM_CONFIGS
+    from ...models.configs import VISION_CONFIGS, LM_CONFIGS, PRESET_ALIASES
     table = VISION_CONFIGS if kind == "vision" else LM_CONFIGS
     if arch not in table:
         raise InterchangeError(f"--arch {arch!r} is not a {kind} preset; choose one of "
                                f"{sorted(table)}")
     want = table[arch]
     bad = [f"{f} {getattr(cfg, f)} (file) vs {getattr(want, f)} ({arch})"
-           for f in _ARCH_FIELDS[kind] if f != "vocab_size" or arch != "tiny-char"
+           for f in _ARCH_FIELDS[kind]
+           if f != "vocab_size" or PRESET_ALIASES.get(arch, arch) != "tiny-lm"  # from the text
            if getattr(cfg, f) != getattr(want, f)]
     if bad:
         raise InterchangeError(f"the file's architecture does not match --arch {arch}: "

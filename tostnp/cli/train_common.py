@@ -1,0 +1,68 @@
+"""What the vision run and the LM run of ``train`` share: the options given as training
+settings, the memory check, saying what is trained, the training loop's call, result.json."""
+from __future__ import annotations
+
+import json
+import os
+import time
+
+from .. import backend
+
+__all__ = ["given", "train_options", "check_fits", "say", "train_and_report", "finish"]
+
+
+def given(value, default):
+    """The option's value when given (0 included: it is validated, never silently replaced)."""
+    return default if value is None else value
+
+
+def train_options(args) -> dict:
+    """The TrainConfig fields given as options of a new run (None: not given)."""
+    return {k: getattr(args, k) for k in ("steps", "batch_size", "lr", "min_lr", "warmup_steps",
+                                          "weight_decay", "eval_every", "checkpoint_every",
+                                          "stop_at")}
+
+
+def check_fits(kind, cfg, tcfg, args) -> None:
+    from ..models.memory import check_model_fits
+    check_model_fits(kind, cfg, tcfg.batch_size, training=True,
+                     what=f"training in {args.out}")
+
+
+def say(args, text) -> None:
+    if not getattr(args, "quiet", False):
+        print(text)
+
+
+def train_and_report(args, task, tcfg, describe, data_line):
+    """Say what is trained (``describe(params0)`` of the initial parameters, and
+    ``data_line``), then run the training loop from those parameters -> (the last evaluation
+    record, or None when the run stopped early; the trained parameters; the process CPU time
+    (all its threads) and the wall time of training); says how to continue a stopped run."""
+    from ..train.loop import train
+    params0 = task.init_params(backend.RNG(tcfg.seed))     # printed, then trained from
+    say(args, describe(params0))
+    say(args, data_line)
+    n = task.shards(params0)
+    if n > 1:
+        say(args, f"each batch runs in {n} shards, one per CPU thread (--threads; another "
+                   f"count changes the float rounding)")
+    c0, t0 = time.process_time(), time.perf_counter()
+    res = train(task, tcfg, args.out, resume=args.resume, progress=not args.no_progress,
+                init_params=params0)
+    cpu, wall = time.process_time() - c0, time.perf_counter() - t0
+    evals = [r for r in res["metrics"] if r["kind"] == "eval"]
+    if res["step"] == tcfg.steps and evals:
+        return evals[-1], res["params"], cpu, wall
+    from .options import how_to_run
+    print(f"stopped at step {res['step']} of {tcfg.steps} after {wall:.1f} s; resume with: "
+          + how_to_run("train", args.model, "--out", args.out, "--resume"))
+    return None, res["params"], cpu, wall
+
+
+def finish(args, kind, seed, result) -> None:
+    """Write the run's final numbers to <out>/result.json (atomically)."""
+    from ..io.atomic import atomic_write_text
+    result = {"task": kind, "seed": seed, **result,
+              "loadavg_1min_end": os.getloadavg()[0]}
+    atomic_write_text(os.path.join(args.out, "result.json"), json.dumps(result, indent=1) + "\n")
