@@ -9,7 +9,15 @@ A *task* (see :mod:`tostnp.train.tasks`) knows the model and the data; this loop
 (:func:`update_step`, the one home of an update: ``bench --train`` and the benchmarks call it),
 plus periodic evaluation (``task.evaluate(params)``), metrics as JSON lines in
 ``<out>/metrics.jsonl``, a loss/accuracy plot ``<out>/curves.png`` and checkpoints
-``<out>/checkpoint.npz`` + ``<out>/checkpoint.json`` (see :mod:`tostnp.io.checkpoint`).
+``<out>/checkpoint.npz`` + ``<out>/checkpoint.json`` (see :mod:`tostnp.io.checkpoint`), the last
+one, and ``<out>/best.npz`` + ``best.json``: the parameters at the evaluation with the lowest
+validation loss so far (written the same way; kept only when the task evaluates on a validation
+set, ``val_loss``: never chosen on the test set). The best holds the parameters and the configs,
+not the optimizer state: ``--resume`` always continues from the last.
+
+Progress: a tqdm bar on a terminal; when the output is not a terminal (a pipe, a log file), a
+line every ``progress_seconds`` (15 s by default) with the step, the loss, the time elapsed and
+an estimate of the time left.
 
 Determinism: every random draw (initialisation, data order, augmentation) comes from seeded
 :class:`tostnp.backend.RNG` objects; the checkpoint stores the parameters, the AdamW moments and
@@ -38,6 +46,7 @@ import json
 import math
 import os
 import signal
+import sys
 import threading
 import time
 import warnings
@@ -51,6 +60,7 @@ from ..io.limits import loads_json
 from ..io.runlock import run_lock
 from .optim import AdamW, lr_schedule, clip_grad_norm, default_no_decay
 from .defaults import TrainConfig   # its home: the training defaults; imported from here too
+from .defaults import PROGRESS_SECONDS
 from ..nn.params import sub, prefixed
 
 __all__ = ["TrainConfig", "train", "make_optimizer", "update_step", "read_metrics",
@@ -167,10 +177,14 @@ def _float(x) -> float:
 
 
 def train(task, tcfg: TrainConfig, out_dir: str, *, resume: bool = False,
-          progress: bool = True, plot: bool = True, init_params: dict | None = None) -> dict:
-    """Train ``task``'s model; returns {"params", "metrics" (list of records), "step"}.
+          progress: bool = True, plot: bool = True, init_params: dict | None = None,
+          progress_seconds: float = PROGRESS_SECONDS) -> dict:
+    """Train ``task``'s model; returns {"params", "metrics" (list of records), "step", "best"
+    (the evaluation record of best.npz, None when no best was kept)}.
 
-    out_dir receives metrics.jsonl, checkpoint.npz (+ its readable .json) and curves.png. With
+    out_dir receives metrics.jsonl, checkpoint.npz (+ its readable .json), best.npz (+ .json)
+    when the task has a validation set, and curves.png. ``progress``: a bar on a terminal, else
+    a line every ``progress_seconds`` (see the module docstring). With
     ``resume``, the run continues from ``out_dir/checkpoint.npz`` (same task and config
     expected). ``init_params``: the result of ``task.init_params(backend.RNG(tcfg.seed))`` when
     the caller already made it (it is used as given; default: made here). Raises
@@ -185,11 +199,13 @@ def train(task, tcfg: TrainConfig, out_dir: str, *, resume: bool = False,
         raise TrainingIOError(e.errno, f"cannot create the run directory {out_dir!r}: "
                                        f"{e.strerror or e}") from None
     with run_lock(out_dir, "train"):          # one writer per run directory
-        return _train(task, tcfg, out_dir, resume, progress, plot, init_params)
+        return _train(task, tcfg, out_dir, resume, progress, plot, init_params,
+                      progress_seconds)
 
 
-def _train(task, tcfg, out_dir, resume, progress, plot, init_params) -> dict:
+def _train(task, tcfg, out_dir, resume, progress, plot, init_params, progress_seconds) -> dict:
     ckpt_path = os.path.join(out_dir, "checkpoint")                     # prefix: .npz + .json
+    best_path = os.path.join(out_dir, "best")                           # the lowest val_loss
     metrics_path = os.path.join(out_dir, "metrics.jsonl")
     xp, device, dtype = task.xp, task.device, task.dtype
     clean_stale_temporaries(out_dir)        # left by a run killed while saving
@@ -222,12 +238,15 @@ def _train(task, tcfg, out_dir, resume, progress, plot, init_params) -> dict:
 
     stop = tcfg.steps if tcfg.stop_at is None else min(tcfg.stop_at, tcfg.steps)
     every = tcfg.checkpoint_interval
-    bar = None
+    bar = lines = None
     if progress:
         from tqdm import tqdm   # not tqdm.auto: it warns on stderr in a notebook without ipywidgets
-        # disable=None: a bar on a terminal, nothing when the output is piped to a file
+        # disable=None: a bar on a terminal; when the output is not one, timed lines instead
         bar = tqdm(total=stop, initial=start, desc="train", dynamic_ncols=True, disable=None,
                    mininterval=0.5)
+        if bar.disable:
+            lines = _ProgressLines(start, stop, progress_seconds)
+    best = _best_record(records)
     t0 = time.perf_counter()
     saved = start if resume else None                                   # step of the last checkpoint
     mf = _write_or_fail(lambda: _MetricsFile(metrics_path), "metrics.jsonl")
@@ -253,8 +272,13 @@ def _train(task, tcfg, out_dir, resume, progress, plot, init_params) -> dict:
                 if (tcfg.eval_every and n % tcfg.eval_every == 0) or n == tcfg.steps:
                     ev = task.evaluate(params)
                     log({"step": n, "kind": "eval", **ev})
+                    if _better(ev, best) and _all_finite(params):
+                        save_best(best_path, task, params, n, tcfg, ev)
+                        best = {"step": n, **ev}
                     if bar is not None:
-                        bar.write(f"step {n}: " + ", ".join(f"{k} {v:.4f}" for k, v in ev.items()))
+                        bar.write(f"step {n}: " + ", ".join(f"{k} {v:.4f}" for k, v in ev.items())
+                                  + (" (best so far)" if best and best["step"] == n else ""))
+                        sys.stdout.flush()      # a pipe buffers: show it now
                 if (every and n % every == 0) or n == stop or stop_signal.signum:
                     if _all_finite(params):  # never replace a good checkpoint by NaN weights
                         save(ckpt_path, task, params, opt, n, tcfg)
@@ -264,6 +288,8 @@ def _train(task, tcfg, out_dir, resume, progress, plot, init_params) -> dict:
             if bar is not None:
                 bar.set_postfix(loss=f"{loss_f:.4f}", lr=f"{lr:.2e}")
                 bar.update(1)
+            if lines is not None:
+                lines.tick(n, loss_f)
             if stop_signal.signum and n < stop:
                 raise TrainingInterrupted(n, stop_signal.signum, out_dir)
     finally:
@@ -277,7 +303,51 @@ def _train(task, tcfg, out_dir, resume, progress, plot, init_params) -> dict:
             plot_metrics(records, os.path.join(out_dir, "curves.png"), title=task.title)
         except OSError as e:
             raise _io_error(e, stop, saved, out_dir) from None
-    return {"params": params, "metrics": records, "step": stop}
+    return {"params": params, "metrics": records, "step": stop, "best": best}
+
+
+class _ProgressLines:
+    """The progress of a run whose output is not a terminal: one line every ``seconds`` (the
+    first after ``seconds``) -- step, loss, time elapsed and left (at this run's pace so far)."""
+
+    def __init__(self, start: int, stop: int, seconds: float):
+        self.start, self.stop, self.seconds = start, stop, float(seconds)
+        self.t0 = self.last = time.perf_counter()
+
+    def tick(self, n: int, loss: float) -> None:
+        now = time.perf_counter()
+        if now - self.last < self.seconds or n == self.stop:
+            return
+        self.last = now
+        elapsed = now - self.t0
+        left = elapsed / (n - self.start) * (self.stop - n)
+        print(f"step {n}/{self.stop} ({100 * n / self.stop:.0f}%): loss {loss:.4f}, "
+              f"{_duration(elapsed)} elapsed, about {_duration(left)} left", flush=True)
+
+
+def _duration(seconds: float) -> str:
+    """12 s, 3 min 05 s, 1 h 02 min."""
+    s = int(round(seconds))
+    if s < 60:
+        return f"{s} s"
+    if s < 3600:
+        return f"{s // 60} min {s % 60:02d} s"
+    return f"{s // 3600} h {s % 3600 // 60:02d} min"
+
+
+def _best_record(records) -> dict | None:
+    """The evaluation record with the lowest validation loss (None: no validation yet)."""
+    evals = [r for r in records if r.get("kind") == "eval" and "val_loss" in r]
+    if not evals:
+        return None
+    r = min(evals, key=lambda r: r["val_loss"])
+    return {k: v for k, v in r.items() if k != "kind"}
+
+
+def _better(ev: dict, best: dict | None) -> bool:
+    """Is this evaluation a new best? Only a validation loss counts (never the test set's)."""
+    v = ev.get("val_loss")
+    return v is not None and math.isfinite(v) and (best is None or v < best["val_loss"])
 
 
 class _SignalFlag:
@@ -364,11 +434,22 @@ def update_step(opt, grads, loss, step: int, tcfg, explain=None):
 _make_opt = make_optimizer      # the old name, for benchmarks/peer_torch.py until it moves
 
 
+def _config(task, tcfg) -> dict:
+    return {"task": task.kind, "model": asdict(task.cfg), "train": asdict(tcfg), **task.meta()}
+
+
 def save(path, task, params, opt, step, tcfg) -> None:
     """Checkpoint: parameters, optimizer state, step, the task's data/RNG state, the configs."""
-    config = {"task": task.kind, "model": asdict(task.cfg), "train": asdict(tcfg), **task.meta()}
+    config = _config(task, tcfg)
     od = opt.state_dict()
     data_json, data_arrays = task.data_state()
     extra = {**prefixed(od["arrays"], "opt"), **prefixed(data_arrays, "data")}
     ckpt.save_checkpoint(path, params, config, extra_arrays=extra,
                          state={"step": step, "opt_step": od["step"], "data_state": data_json})
+
+
+def save_best(path, task, params, step, tcfg, ev) -> None:
+    """The best checkpoint: the parameters and configs (no optimizer or data state: it is for
+    ``evaluate``, ``sample`` and ``convert``, never resumed), with the step and its evaluation."""
+    ckpt.save_checkpoint(path, params, _config(task, tcfg),
+                         state={"step": step, "best_by": "val_loss", "eval": ev})
