@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 
 from .options import (add_device_argument, add_memory_argument, device_namespace, bounded,
                       check_run_has_data, add_which_argument, run_checkpoint)
@@ -103,6 +104,9 @@ def run(args) -> int:
     step = state.get("step")
     if isinstance(step, int) and not isinstance(step, bool):
         res["step"] = step
-        text = f"{path}.npz, step {step}: {text}"
+        fallback = args.which is None and os.path.isdir(args.checkpoint) \
+            and os.path.basename(path) == "checkpoint"
+        text = (f"{path}.npz, step {step}"
+                + (" (the run kept no best.npz: its last)" if fallback else "") + f": {text}")
     print(json.dumps(res) if args.json else text)
     return 0 if all(math.isfinite(v) for v in res.values()) else 1

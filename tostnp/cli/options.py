@@ -4,7 +4,6 @@ from __future__ import annotations
 import argparse
 import math
 import os
-import sys
 
 from .. import backend
 from ..backend.runtime import LAUNCHER_ENV, how_to_run  # noqa: F401  (the CLI's hints)
@@ -93,9 +92,9 @@ def add_which_argument(parser) -> None:
 
 def run_checkpoint(path: str, which: str | None) -> str:
     """The checkpoint ``--checkpoint PATH --which WHICH`` names: in a run directory its best
-    checkpoint (``which`` None or "best"; None falls back to the last, saying so on stderr, when
-    the run kept no best: no validation set, or stopped before its first evaluation) or its last
-    ("last"); any other path as given."""
+    checkpoint (``which`` None or "best"; None falls back to the last when the run kept no best:
+    no validation set, or stopped before its first evaluation) or its last ("last"); any other
+    path as given."""
     if not os.path.isdir(path):
         if which is not None:
             raise ValueError(f"--which picks a checkpoint of a run directory; {path!r} is not "
@@ -109,8 +108,6 @@ def run_checkpoint(path: str, which: str | None) -> str:
     if which == "best":
         raise FileNotFoundError(f"no best checkpoint in {path} (kept when the run evaluates on "
                                 f"a validation set); --which last reads the last")
-    print(f"note: no best checkpoint in {path} (kept when the run evaluates on a validation "
-          f"set): reading the last", file=sys.stderr)
     return last
 
 
