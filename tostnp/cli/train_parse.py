@@ -154,7 +154,7 @@ def _add_common(p, kind) -> None:
                         "mean ± sd over the seeds (printed and written to --out/seeds.json)")
     p.add_argument("--eval-every", type=bounded(int, 0, MAX_STEPS), default=None,
                    help="evaluate every N updates (0 = only at the end) "
-                        f"[steps / {EVALUATIONS}]")
+                        f"[steps / {EVALUATIONS[kind]}]")
     p.add_argument("--checkpoint-every", type=bounded(int, 0, MAX_STEPS), default=None,
                    help="checkpoint every N updates, and always at the end and on Ctrl-C "
                         "(0 = only then) [every 5%% of the run]")
