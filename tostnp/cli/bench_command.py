@@ -52,7 +52,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                    help="timed rounds, the median is reported [5; --quick: 1]")
     r.add_argument("--warmup", type=bounded(int, 0, 1000), default=1,
                    help="untimed rounds first [1]")
-    mem = r.add_argument("--max-memory-gb", dest="max_mem_gb",
+    mem = r.add_argument("--max-memory-gb", dest="max_mem_gb", metavar="MAX_MEMORY_GB",
                          type=bounded(float, 0.0, 1e6, open_lo=True), default=8.0,
                          help="memory (GB) a layer may plan to use: a size whose estimated "
                               "memory exceeds it, or the memory available if that is less, is "
