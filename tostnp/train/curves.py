@@ -56,7 +56,8 @@ def curves_figure(records: list, title: str = ""):
             f"loss still falls is overfitting.")
     if best is not None:
         text += (" The star marks the lowest validation loss: the checkpoint best.npz, which "
-                 "'evaluate' reads (checkpoint.npz is the last step).")
+                 "'evaluate' reads (checkpoint.npz is the last step). A small validation set "
+                 "makes the dots noisy, and the star a noisy pick.")
     fig.supxlabel("\n".join(textwrap.wrap(text, 60 * ncols + 30)), fontsize=7, ha="left",
                   x=0.01, linespacing=1.3)
     return fig
