@@ -13,9 +13,10 @@ best.{npz,json} (the lowest validation loss; what ``evaluate`` reads by default)
 also gets the interpretability figures (memberships.png, compression.png). ``--resume`` takes the
 model and training settings from the checkpoint and continues bit-identically (at the same
 ``--threads``: a batch large enough runs in one shard per thread, :mod:`tostnp.train.shards`);
-an option given with it that differs from the checkpoint is refused (``--stop-at``, ``--checkpoint-every``,
-``--data-dir``, ``--device`` and ``--threads`` are applied). A directory that already holds a
-run needs ``--resume`` or ``--overwrite``, and one process at a time writes a run directory
+an option given with it that differs from the checkpoint is refused (those of where and how the
+run goes on, such as ``--stop-at``, ``--checkpoint-every``, ``--device`` and ``--threads``, are
+applied: ``--resume``'s help lists them). A directory that already holds a run needs
+``--resume`` or ``--overwrite``, and one process at a time writes a run directory
 (:mod:`tostnp.io.runlock`). Sizes are checked against the memory available before anything is
 built (:mod:`tostnp.models.memory`; ``--max-memory-gb`` sets the limit).
 """

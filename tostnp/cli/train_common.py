@@ -7,21 +7,18 @@ import os
 import time
 
 from .. import backend
+from ..train.defaults import given
 
-__all__ = ["given", "train_options", "check_fits", "say", "train_and_report", "say_best",
+__all__ = ["given", "options_of", "check_fits", "say", "train_and_report", "say_best",
            "finish"]
 
 
-def given(value, default):
-    """The option's value when given (0 included: it is validated, never silently replaced)."""
-    return default if value is None else value
-
-
-def train_options(args) -> dict:
-    """The TrainConfig fields given as options of a new run (None: not given)."""
-    return {k: getattr(args, k) for k in ("steps", "batch_size", "lr", "min_lr", "warmup_steps",
-                                          "weight_decay", "eval_every", "checkpoint_every",
-                                          "stop_at")}
+def options_of(args, cls, **replaced) -> dict:
+    """{field: the option's value (None: not given)} of the fields of dataclass ``cls`` that
+    options set (:func:`tostnp.models.configs.option`), with ``replaced`` over them."""
+    from ..models.configs import option_fields
+    return {**{name: getattr(args, dest) for dest, (name, _, _) in option_fields(cls).items()},
+            **replaced}
 
 
 def check_fits(kind, cfg, tcfg, args) -> None:

@@ -5,8 +5,8 @@ import os
 
 from ..models import configs as C
 from ..models.configs import DEFAULT_PRESET
-from ..train.defaults import LMData, default_train_config, default_data_config
-from .train_common import (given, train_options, check_fits, say, train_and_report, say_best,
+from ..train.defaults import TrainConfig, LMData, default_train_config, default_data_config
+from .train_common import (given, options_of, check_fits, say, train_and_report, say_best,
                            finish)
 from .train_resume import load_resume_config, checkpoint_field
 
@@ -31,9 +31,7 @@ def run_lm(args, xp):
             raise ValueError(f"checkpoint in {args.out}: 'eval_batches' must be an int >= 1")
     else:
         text_path, tok = (os.path.abspath(args.text) if args.text else None), None
-    dc = default_data_config("lm", args.config, tokenizer=args.tokenizer,
-                             vocab_size=args.vocab_size, eval_batches=args.eval_batches,
-                             word_rate_samples=args.word_rate_samples)
+    dc = default_data_config("lm", args.config, **options_of(args, LMData))
     try:
         train_ids, val_ids, tok = load_lm_text(text_path, tokenizer=tok, kind=dc.tokenizer,
                                                vocab_size=dc.vocab_size)
@@ -41,14 +39,9 @@ def run_lm(args, xp):
         raise ValueError(str(e)) from None
     if not args.resume:
         cfg = C.get_lm_config(given(args.config, DEFAULT_PRESET["lm"]),
-                              vocab_size=tok.vocab_size, width=args.width,
-                              depth=args.depth, num_heads=args.heads,
-                              block_size=args.block_size,
-                              layer_scale_init=args.layer_scale_init, mixer=args.mixer,
-                              gelu=args.gelu,
-                              **({} if args.bias is None else
-                                 {"bias": args.bias, "ln_bias": args.bias}))
-        tcfg = default_train_config("lm", args.config, seed=args.seed, **train_options(args))
+                              **options_of(args, C.LMConfig, vocab_size=tok.vocab_size,
+                                           ln_bias=args.bias))      # --bias: the shifts too
+        tcfg = default_train_config("lm", args.config, **options_of(args, TrainConfig))
         eval_batches = dc.eval_batches
     check_fits("lm", cfg, tcfg, args)
     name = "Python docs (default corpus)" if text_path is None else os.path.basename(text_path)

@@ -5,8 +5,8 @@ import os
 
 from ..models import configs as C
 from ..models.configs import DEFAULT_PRESET
-from ..train.defaults import TrainConfig, default_train_config, default_data_config
-from .train_common import (given, train_options, check_fits, say, train_and_report, say_best,
+from ..train.defaults import TrainConfig, VisionData, default_train_config, default_data_config
+from .train_common import (given, options_of, check_fits, say, train_and_report, say_best,
                            finish)
 from .train_resume import load_resume_config, checkpoint_field
 
@@ -28,14 +28,8 @@ def run_vision(args, xp):
         val_fraction = config.get("val_fraction", 0.0)
     else:
         preset = given(args.config, DEFAULT_PRESET["vision"])
-        cfg = C.get_vision_config(preset, width=args.width, depth=args.depth,
-                                  num_heads=args.heads, pool=args.pool,
-                                  patch_size=args.patch_size,
-                                  layer_scale_init=args.layer_scale_init, mixer=args.mixer,
-                                  num_registers=args.registers, stem=args.stem, pos=args.pos,
-                                  gelu=args.gelu, cab=args.cab)
-        dc = default_data_config("vision", preset, data=args.data,
-                                 augment_shift=args.augment_shift, val_fraction=args.val_fraction)
+        cfg = C.get_vision_config(preset, **options_of(args, C.VisionConfig))
+        dc = default_data_config("vision", preset, **options_of(args, VisionData))
         data_name, shift, val_fraction = dc.data, dc.augment_shift, dc.val_fraction
     if args.data_dir:                        # where the data live now: applied with --resume
         data_dir = os.path.abspath(args.data_dir)
@@ -50,7 +44,7 @@ def run_vision(args, xp):
         data, val = (X_fit, y_fit, data[2], data[3]), (X_val, y_val)
     if not args.resume:
         tcfg = default_train_config("vision", preset, n_train=len(data[0]), epochs=args.epochs,
-                                    seed=seed, **train_options(args))
+                                    **options_of(args, TrainConfig, seed=seed))
     check_fits("vision", cfg, tcfg, args)
     task = VisionTask(cfg, data, batch_size=tcfg.batch_size, seed=tcfg.seed, augment_shift=shift,
                       xp=xp, data_name=data_name, val=val,

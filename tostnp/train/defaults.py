@@ -17,7 +17,7 @@ from ..models.configs import DEFAULT_PRESET, option
 __all__ = ["TrainConfig", "MAX_STEPS", "MAX_BATCH", "PROGRESS_SECONDS", "EVALUATIONS",
            "VisionTrainPreset", "LMTrainPreset", "VISION_TRAIN_PRESETS", "LM_TRAIN_PRESET",
            "get_vision_train_preset", "VisionData", "LMData", "default_train_config",
-           "default_data_config"]
+           "default_data_config", "given"]
 
 # Upper limits (a checkpoint's settings or an option must not run away): a billion updates and
 # a million examples per batch; the memory estimate (tostnp.models.memory) bounds the batch more.
@@ -201,26 +201,27 @@ class LMData:
     word_rate_samples: int = option(3, resume="apply")
 
 
-def _given(value, default):
-    """The value when given (0 included: it is validated, never silently replaced)."""
+def given(value, default):
+    """An option's value when given, else ``default`` (0 included: it is validated, never
+    silently replaced)."""
     return default if value is None else value
 
 
-def default_data_config(kind: str, preset: str | None = None, **given):
+def default_data_config(kind: str, preset: str | None = None, **options):
     """The data settings of ``train KIND --config PRESET``: :class:`VisionData` or
-    :class:`LMData`, with the fields in ``given`` that are not None replacing the defaults."""
-    preset = _given(preset, DEFAULT_PRESET[kind])
+    :class:`LMData`, with the fields in ``options`` that are not None replacing the defaults."""
+    preset = given(preset, DEFAULT_PRESET[kind])
     if kind == "vision":
         d = VisionData(augment_shift=get_vision_train_preset(preset).augment_shift)
     else:
         d = LMData(tokenizer=LM_TRAIN_PRESET.tokenizer, vocab_size=LM_TRAIN_PRESET.vocab_size)
-    return replace(d, **{k: v for k, v in given.items() if v is not None})
+    return replace(d, **{k: v for k, v in options.items() if v is not None})
 
 
 def default_train_config(kind: str, preset: str | None = None, *, n_train: int | None = None,
-                         epochs: int | None = None, **given) -> TrainConfig:
+                         epochs: int | None = None, **options) -> TrainConfig:
     """The :class:`TrainConfig` of ``train KIND --config PRESET`` (validated); the
-    :class:`TrainConfig` fields in ``given`` that are not None replace the defaults (the
+    :class:`TrainConfig` fields in ``options`` that are not None replace the defaults (the
     options given), and ``epochs`` replaces the vision preset's.
 
     vision (needs ``n_train``, the training images after the validation split): batch_size the
@@ -230,19 +231,19 @@ def default_train_config(kind: str, preset: str | None = None, *, n_train: int |
     lm: steps, batch_size and warmup_steps (at most steps) from :data:`LM_TRAIN_PRESET`;
     eval_every steps // 10; log_every :class:`TrainConfig`'s.
     """
-    preset = _given(preset, DEFAULT_PRESET[kind])
-    given = {k: v for k, v in given.items() if v is not None}
+    preset = given(preset, DEFAULT_PRESET[kind])
+    options = {k: v for k, v in options.items() if v is not None}
     if kind == "vision":
         if n_train is None:
             raise ValueError("default_train_config('vision', ...) needs n_train")
         d = get_vision_train_preset(preset)
-        if given.get("batch_size", 0) > n_train:
-            raise ValueError(f"--batch-size {given['batch_size']} is more than the {n_train} "
+        if options.get("batch_size", 0) > n_train:
+            raise ValueError(f"--batch-size {options['batch_size']} is more than the {n_train} "
                              f"training images")
-        bs = min(given.pop("batch_size", d.batch_size), n_train)
+        bs = min(options.pop("batch_size", d.batch_size), n_train)
         spe = n_train // bs
-        epochs = _given(epochs, d.epochs)
-        steps = given.pop("steps", epochs * spe)
+        epochs = given(epochs, d.epochs)
+        steps = options.pop("steps", epochs * spe)
         if steps > MAX_STEPS:
             raise ValueError(f"--epochs {epochs} makes {steps:,} updates, more than the "
                              f"{MAX_STEPS:,} allowed")
@@ -250,11 +251,12 @@ def default_train_config(kind: str, preset: str | None = None, *, n_train: int |
                     eval_every=max(steps // EVALUATIONS[kind], 1), log_every=max(spe // 4, 1))
     else:
         d = LM_TRAIN_PRESET
-        steps = given.pop("steps", d.steps)
+        steps = options.pop("steps", d.steps)
         base = dict(steps=steps, batch_size=d.batch_size,
                     warmup_steps=min(d.warmup_steps, steps),
                     eval_every=max(steps // EVALUATIONS[kind], 1))
-    if given.get("warmup_steps", 0) > steps:
-        raise ValueError(f"--warmup-steps {given['warmup_steps']} is more than the run's "
+    if options.get("warmup_steps", 0) > steps:
+        raise ValueError(f"--warmup-steps {options['warmup_steps']} is more than the run's "
                          f"{steps} updates")
-    return TrainConfig(**{**base, "lr": d.lr, "weight_decay": d.weight_decay, **given}).validate()
+    return TrainConfig(**{**base, "lr": d.lr, "weight_decay": d.weight_decay,
+                          **options}).validate()

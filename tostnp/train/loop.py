@@ -431,9 +431,6 @@ def update_step(opt, grads, loss, step: int, tcfg, explain=None):
     return loss_f, gnorm, lr
 
 
-_make_opt = make_optimizer      # the old name, for benchmarks/peer_torch.py until it moves
-
-
 def _config(task, tcfg) -> dict:
     return {"task": task.kind, "model": asdict(task.cfg), "train": asdict(tcfg), **task.meta()}
 
