@@ -9,6 +9,9 @@ PyTorch's ``scaled_dot_product_attention`` (causal; its fused CPU kernel), as th
     PYTHONPATH=. /tmp/torchvenv/bin/python benchmarks/context_scaling.py \\
         [--contexts 512 1024 2048 4096 8192 16384] [--width 256 --depth 4 --heads 4]
         [--threads 2] [--rounds 3] [--json docs/bench/context_scaling.json]
+    # on a CUDA GPU (tostnp on CuPy, torch on cuda; training only; memory = GPU memory held):
+    PYTHONPATH=. python benchmarks/context_scaling.py --device gpu --width 768 --depth 12 \
+        --heads 12 --contexts 1024 4096 16384 65536      # what .ci/gpu-check runs
 
 Every number it prints is measured in the run that prints it.
 
@@ -52,12 +55,14 @@ import math
 import os
 import platform
 import statistics
-import subprocess
 import sys
 import time
 
+if __package__ in (None, ""):         # run as a script: the repository root on the path
+    sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from benchmarks.workers import Worker, protocol_channel  # noqa: E402
+
 HERE = os.path.abspath(__file__)
-PROTO = "@@CTX@@ "
 PAPER = {"context": 4096, "time_ratio": 0.60, "memory_ratio": 0.41,
          "setting": "GPU; ToST-Base against GPT2-Base, per training step (ICLR 2025 paper)"}
 VOCAB = 256
@@ -71,7 +76,8 @@ def tostnp_model(T, a):
     from tostnp.models import get_lm_config, lm_init
     cfg = get_lm_config("tiny-char", vocab_size=VOCAB, block_size=T, width=a.width,
                         depth=a.depth, num_heads=a.heads, mlp_ratio=4)
-    return cfg, lm_init(cfg, backend.RNG(0), backend.get_xp("cpu"), a.dtype_np)
+    xp = backend.get_xp(a.device)
+    return cfg, lm_init(cfg, backend.RNG(0), xp, getattr(xp, a.dtype))
 
 
 def torch_model(T, a):
@@ -140,7 +146,11 @@ def torch_model(T, a):
             return self.ln_f(x) @ self.wte.weight.T
 
     torch.manual_seed(0)
-    return GPT(VOCAB, T, a.width, a.depth, a.heads).to(a.dtype_torch)
+    return GPT(VOCAB, T, a.width, a.depth, a.heads).to(a.dtype_torch).to(_torch_device(a))
+
+
+def _torch_device(a):
+    return "cuda" if a.device == "gpu" else "cpu"
 
 
 # ============================================================================================
@@ -155,7 +165,7 @@ def train_step(system, T, a):
         from tostnp.models.lm import lm_loss_and_grads
         from tostnp.train.optim import AdamW, clip_grad_norm
         backend.keep_freed_memory()                              # as tostnp's training does
-        xp = backend.get_xp("cpu")
+        xp = backend.get_xp(a.device)
         cfg, params = tostnp_model(T, a)
         opt = AdamW(params, lr=1e-3, weight_decay=0.1)
 
@@ -166,7 +176,7 @@ def train_step(system, T, a):
             loss, grads, _ = lm_loss_and_grads(opt.params, x, y, cfg)
             grads, _ = clip_grad_norm(grads, 1.0)
             opt.step(grads, lr=1e-3)
-            return float(loss)
+            return float(backend.to_host(loss))                  # waits for the device
         return step
     import torch
     import torch.nn.functional as F
@@ -174,14 +184,14 @@ def train_step(system, T, a):
     opt = torch.optim.AdamW(model.parameters(), lr=1e-3, weight_decay=0.1)
 
     def step():
-        ids = torch.from_numpy(host.integers(0, VOCAB, size=(1, T + 1)))
+        ids = torch.from_numpy(host.integers(0, VOCAB, size=(1, T + 1))).to(_torch_device(a))
         logits = model(ids[:, :-1])
         loss = F.cross_entropy(logits.reshape(-1, VOCAB), ids[:, 1:].reshape(-1))
         opt.zero_grad(set_to_none=True)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         opt.step()
-        return loss.item()
+        return loss.item()                                       # waits for the device
     return step
 
 
@@ -234,7 +244,7 @@ def decode_at(system, Tmax, a):
 
 def worker_main(argv):
     system, T, a = argv[0], int(argv[1]), parse_args(argv[2:])
-    proto, sys.stdout = sys.stdout, sys.stderr           # keep library prints off the protocol
+    send = protocol_channel()                            # library prints go to stderr
     import numpy  # noqa: F401  (load OpenBLAS first: threadpoolctl only limits loaded libraries)
     from threadpoolctl import threadpool_limits
     from tostnp.backend import kernels
@@ -251,14 +261,12 @@ def worker_main(argv):
         a.dtype_torch = getattr(torch, a.dtype)
     if a.mode == "train":       # the runtime's one-time set-up (thread pools, autograd, ...)
         warm = parse_args(["--width", "8", "--depth", "1", "--heads", "2", "--dtype", a.dtype,
-                           "--attention", a.attention])
+                           "--attention", a.attention, "--device", a.device])
         warm.dtype_np, warm.dtype_torch = a.dtype_np, getattr(a, "dtype_torch", None)
         train_step(system, 8, warm)()
     reset_peak_rss()
     rss0 = rss_bytes()                  # libraries loaded and warmed up, nothing else yet
-
-    def send(obj):
-        print(PROTO + json.dumps(obj), file=proto, flush=True)
+    gpu0 = _gpu_held(system) if a.device == "gpu" else None
 
     if a.mode == "train":
         step = train_step(system, T, a)
@@ -281,7 +289,12 @@ def worker_main(argv):
             hwm = peak_rss_bytes()
             m = {"train_rss_mb": None if hwm is None or rss0 is None else (hwm - rss0) / 2**20,
                  "rss_after_imports_mb": None if rss0 is None else rss0 / 2**20}
-            if system == "tostnp":
+            if a.device == "gpu":                        # the device's memory, not the host's
+                m["train_rss_mb"] = (_gpu_held(system) - gpu0) / 2**20
+                m["memory_measure"] = ("GPU memory held by the library's pool at the end "
+                                       "(CuPy's pool total_bytes / torch's max_memory_reserved) "
+                                       "minus before the model")
+            elif system == "tostnp":
                 m["step_traced_mb"] = traced_peak_bytes(step) / 2**20
             send(m)
         elif cmd["cmd"] == "decode":                     # per-token seconds at context t
@@ -298,37 +311,22 @@ def worker_main(argv):
             break
 
 
-class Worker:
-    def __init__(self, system, T, argv):
-        self.system = system
-        env = dict(os.environ)
-        env["PYTHONPATH"] = os.pathsep.join(
-            p for p in [env.get("PYTHONPATH", ""), os.getcwd()] if p)
-        self.p = subprocess.Popen([sys.executable, HERE, "--worker", system, str(T)] + argv,
-                                  stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
-                                  env=env, bufsize=1)
-        self.meta = self._read()["ready"]
+def _gpu_held(system) -> int:
+    """Bytes of GPU memory the library holds for this process: CuPy's memory pool keeps freed
+    blocks, so its total is the high-water mark of what tostnp had allocated at once; torch's
+    caching allocator likewise (max_memory_reserved)."""
+    if system == "tostnp":
+        import cupy
+        cupy.cuda.Device().synchronize()
+        return int(cupy.get_default_memory_pool().total_bytes())
+    import torch
+    torch.cuda.synchronize()
+    return int(torch.cuda.max_memory_reserved())
 
-    def _read(self):
-        while True:
-            line = self.p.stdout.readline()
-            if not line:
-                raise RuntimeError(f"worker {self.system} died (rc={self.p.poll()})")
-            if line.startswith(PROTO):
-                return json.loads(line[len(PROTO):])
 
-    def cmd(self, **kw):
-        self.p.stdin.write(json.dumps(kw) + "\n")
-        self.p.stdin.flush()
-        return self._read()
-
-    def close(self):
-        try:
-            self.p.stdin.write(json.dumps({"cmd": "quit"}) + "\n")
-            self.p.stdin.flush()
-            self.p.wait(timeout=120)
-        except Exception:
-            self.p.kill()
+def start_worker(system, T, argv):
+    """A worker process for ``system`` at context T (argv: the options and --mode)."""
+    return Worker([HERE, "--worker", system, str(T)] + argv, system, close_timeout=120)
 
 
 SYSTEMS = ("tostnp", "torch")
@@ -348,7 +346,7 @@ def run_training(a, argv, out):
         ws, t0 = {}, time.time()
         try:
             for s in SYSTEMS:                            # one at a time: warm-ups do not overlap
-                ws[s] = Worker(s, T, argv + ["--mode", "train"])
+                ws[s] = start_worker(s, T, argv + ["--mode", "train"])
             ks = {s: max(1, round(a.round_s / ws[s].meta["warm_step_s"])) for s in SYSTEMS}
             per, loads = {s: [] for s in SYSTEMS}, []
             for r in range(a.rounds):
@@ -357,6 +355,10 @@ def run_training(a, argv, out):
                     loads.append(os.getloadavg()[0])
                     per[s].append(statistics.mean(ws[s].cmd(cmd="run", k=ks[s])["times"]))
             mem = {s: ws[s].cmd(cmd="memory") for s in SYSTEMS}
+        except RuntimeError as e:                        # a worker died: out of memory?
+            print(f"  T={T}: {e}; no longer contexts", flush=True)
+            rows.append({"context": T, "failed": str(e)})
+            break
         finally:
             for w in ws.values():
                 w.close()
@@ -400,7 +402,7 @@ def run_decoding(a, argv, out):
     rows = []
     try:
         for s in SYSTEMS:
-            ws[s] = Worker(s, Tmax, argv + ["--mode", "decode"])
+            ws[s] = start_worker(s, Tmax, argv + ["--mode", "decode"])
         for t in a.decode_contexts:
             per, nbytes = {s: [] for s in SYSTEMS}, {}
             for r in range(a.rounds):
@@ -438,7 +440,8 @@ def machine(a):
             "numpy": numpy.__version__, "numpy_blas": blas, "torch": torch.__version__,
             "torch_parallel": torch.__config__.parallel_info().splitlines()[:4],
             "python": platform.python_version(), "platform": platform.platform(),
-            "load_1min_at_start": os.getloadavg()[0],
+            "load_1min_at_start": os.getloadavg()[0], "device": a.device,
+            "gpu": torch.cuda.get_device_name(0) if a.device == "gpu" else None,
             "date_utc": time.strftime("%Y-%m-%d %H:%M", time.gmtime())}
 
 
@@ -453,6 +456,9 @@ def parse_args(argv):
     ap.add_argument("--depth", type=int, default=4)
     ap.add_argument("--heads", type=int, default=4)
     ap.add_argument("--dtype", default="float32", choices=["float32", "float64"])
+    ap.add_argument("--device", default="cpu", choices=["cpu", "gpu"],
+                    help="gpu: both systems on the CUDA GPU (tostnp on CuPy, torch on cuda; "
+                         "training only); memory is then the GPU memory each holds")
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--round-s", type=float, default=2.0,
@@ -474,6 +480,8 @@ def parse_args(argv):
             ap.error(f"--{name.replace('_', '-')} must all be >= 2")
     if a.width % a.heads:
         ap.error(f"--heads {a.heads} must divide --width {a.width}")
+    if a.device == "gpu":
+        a.skip_decode = True                              # the decoders are timed on the CPU
     if min(a.threads, a.rounds, a.tokens, a.depth) < 1:
         ap.error("--threads, --rounds, --tokens and --depth must be >= 1")
     return a
@@ -483,7 +491,7 @@ def main(argv):
     a = parse_args(argv)
     worker_argv = ["--width", str(a.width), "--depth", str(a.depth), "--heads", str(a.heads),
                    "--dtype", a.dtype, "--threads", str(a.threads), "--tokens", str(a.tokens),
-                   "--attention", a.attention]
+                   "--attention", a.attention, "--device", a.device]
     out = {"machine": machine(a), "note": a.note, "paper": PAPER,
            "model": {"width": a.width, "depth": a.depth, "heads": a.heads, "mlp_ratio": 4,
                      "vocab": VOCAB, "batch": 1, "dtype": a.dtype,

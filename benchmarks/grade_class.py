@@ -51,15 +51,19 @@ def main(argv=None) -> int:
     ap.add_argument("n", nargs="?", type=int, default=30)
     ap.add_argument("--jobs", type=int, default=2)
     ap.add_argument("--notebook", default=None, help="every submission of this notebook (NN_name)")
+    ap.add_argument("--isolation", choices=("bwrap", "none"), default=None,
+                    help="the sandbox of each child (default: bwrap where it works here)")
     args = ap.parse_args(argv)
     with tempfile.TemporaryDirectory(prefix="tostnp-gradebench-") as tmp:
         subs = Path(tmp) / "subs"
         build_class(subs, args.n, args.notebook)
         t0 = time.perf_counter()
-        rep = grading.grade_class(subs, Path(tmp) / "out", jobs=args.jobs, log=lambda *a: None)
+        rep = grading.grade_class(subs, Path(tmp) / "out", jobs=args.jobs, log=lambda *a: None,
+                                  isolation=args.isolation)
         wall = time.perf_counter() - t0
         results = [json.loads(p.read_text()) for p in (Path(tmp) / "out" / "results").rglob("*.json")]
         per = sorted(r["seconds"] for r in results)
+        kinds = sorted({r.get("isolation", "") for r in results})
         full = {}
         for r in results:                      # sanity: which kinds got full marks
             kind = KINDS[(int(r["student"][7:]) // (1 if args.notebook else 11)) % 3]
@@ -70,7 +74,8 @@ def main(argv=None) -> int:
     print(f"graded {args.n} submissions ({len(rep['notebooks'])} notebooks) on {args.jobs} "
           f"process(es) in {wall:.1f} s wall ({wall / args.n:.2f} s per submission); "
           f"per submission: median {per[len(per) // 2]:.1f} s, max {per[-1]:.1f} s; "
-          f"{os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.1f} at the end")
+          f"{os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.1f} at the end; "
+          f"isolation {', '.join(kinds)}")
     print("full marks: " + ", ".join(f"{k} {a}/{b}" for k, (a, b) in sorted(full.items())))
     return 0
 

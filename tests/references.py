@@ -74,23 +74,23 @@ def check_backward(fwd, bwd, ref, args, *, tol, names=None, params_index=None, d
             assert rel_err(grads[key], autograd.grad(loss, i)(*args)) < tol, key
 
 
-def check_on_strict_device(fwd, bwd, x, P, G, *, tol_y=1e-5, tol_grad=1e-4):
-    """Run a layer in float64 NumPy and in float32 on array_api_strict's non-default device
-    ("device1", which raises on host conversion, mixed devices and non-standard calls, where
-    CuPy code breaks); check devices, dtypes and values. Returns the device run's
-    (y, dx, grads, cache) for further checks. Skips when array_api_strict is missing."""
-    import pytest
-    from tostnp.backend import to_host            # the explicit transfer from device1
-    xps = pytest.importorskip("array_api_strict")
-    dev = xps.Device("device1")
+def check_on_strict_device(fwd, bwd, x, P, G, *, tol_y=1e-5, tol_grad=1e-4, device=None):
+    """Run a layer in float64 NumPy and in float32 on ``device`` (tests/devices.py; default
+    array_api_strict's non-default "device1", which raises on host conversion, mixed devices
+    and non-standard calls, where CuPy code breaks); check devices, dtypes and values. Returns
+    the device run's (y, dx, grads, cache) for further checks. Skips when the device is
+    missing."""
+    from tostnp.backend import to_host            # the explicit transfer from the device
+    from devices import Device
+    device = device or Device("strict")
     y_ref, c_ref = fwd(x, P)
     dx_ref, g_ref = bwd(G, c_ref)
-    to = lambda a: xps.asarray(np.asarray(a, dtype=np.float32), device=dev)  # noqa: E731
-    y, cache = fwd(to(x), {k: to(v) for k, v in P.items()})
-    dx, grads = bwd(to(G), cache)
-    assert y.device == dev and dx.device == dev
-    assert all(g.device == dev for g in grads.values())
-    assert y.dtype == xps.float32 and all(g.dtype == xps.float32 for g in grads.values())
+    y, cache = fwd(device.put(x), {k: device.put(v) for k, v in P.items()})
+    dx, grads = bwd(device.put(G), cache)
+    assert device.holds(y) and device.holds(dx)
+    assert all(device.holds(g) for g in grads.values())
+    f32 = device.dtype("float32")
+    assert y.dtype == f32 and all(g.dtype == f32 for g in grads.values())
     assert rel_err(to_host(y), y_ref) < tol_y
     assert rel_err(to_host(dx), dx_ref) < tol_grad
     for k in P:

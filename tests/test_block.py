@@ -111,12 +111,12 @@ def test_init():
 
 
 @pytest.mark.parametrize("causal", [False, True])
-def test_strict_device(causal):
+def test_strict_device(causal, device):
     rng = np.random.default_rng(4)
     x, G = rng.normal(size=(2, 5, 8)), rng.normal(size=(2, 5, 8))
     P = make_params(5, causal=causal)
     check_on_strict_device(lambda x_, P_: tost_block_forward(x_, P_, 2, causal=causal),
-                           tost_block_backward, x, P, G)
+                           tost_block_backward, x, P, G, device=device)
 
 
 def test_bad_inputs():

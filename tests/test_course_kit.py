@@ -88,5 +88,75 @@ def test_sample_exam_solutions_hold(tmp_path):
                             resources={"metadata": {"path": str(tmp_path)}}).execute()
     out = "".join(o.get("text", "") for c in nb.cells if c.cell_type == "code"
                   for o in c.get("outputs", []))
-    for q in range(1, 7):
+    for q in range(1, 6):
         assert f"Q{q}:" in out, f"question {q} printed nothing"
+    assert "Practice:" in out, "the practice question on chapter 7 printed nothing"
+
+
+def _exam_questions():
+    """(number, points, text) of every exam question of sample_exam.md (practice excluded)."""
+    text = (nbk.INSTRUCTOR / "sample_exam.md").read_text(encoding="utf-8")
+    exam = text.split("## After the mid-term", 1)[0]
+    return [(int(n), int(pts), body) for n, pts, body in
+            re.findall(r"^## Question (\d+) \((\d+) points\)(.*?)(?=^## |\Z)", exam, re.M | re.S)], text
+
+
+def test_the_mid_term_covers_only_weeks_1_to_4():
+    """The week-5 exam may use only chapters taught in weeks 1-4 (the syllabus's table): no
+    question names a label defined in a later chapter, and its header counts its questions."""
+    plan = (ROOT / "book" / "syllabus.md").read_text(encoding="utf-8")
+    weekly = plan.split("## Week by week", 1)[1].split("\n## ", 1)[0]
+    rows = {int(m.group(1)): m.group(2) for m in re.finditer(r"^\| (\d+) \|([^|]*)\|", weekly, re.M)}
+    taught = {c for w in range(1, 5) for c in re.findall(r"\{doc\}`(\d\d_\w+)`", rows[w])}
+    later = {c for w, r in rows.items() if w >= 5 for c in re.findall(r"\{doc\}`(\d\d_\w+)`", r)}
+    assert taught and later and not taught & later
+    labels = {}
+    for chap in taught | later:
+        src = (ROOT / "book" / f"{chap}.md").read_text(encoding="utf-8")
+        for lab in re.findall(r"^\$\$ \((eq-[\w-]+)\)", src, re.M):
+            labels[lab] = chap
+    questions, text = _exam_questions()
+    assert [q for q, _, _ in questions] == list(range(1, len(questions) + 1))
+    for q, _, body in questions:
+        used = set(re.findall(r"\{eq\}`(eq-[\w-]+)`", body))
+        late = sorted(lab for lab in used if labels.get(lab) in later)
+        assert not late, f"mid-term question {q} uses {late}, taught after week 4"
+    words = {5: "Five", 6: "Six", 4: "Four"}
+    total = sum(p for _, p, _ in questions)
+    assert f"{words[len(questions)]} questions, {total} points" in text
+
+
+def test_the_syllabus_counts_are_recounted_from_the_notebooks():
+    """The numbers the syllabus states (notebooks, graded exercises, written questions) are the
+    numbers in the notebooks' sources."""
+    plan = (ROOT / "book" / "syllabus.md").read_text(encoding="utf-8")
+    notebooks = nbk.notebooks()
+    sources = [p.read_text(encoding="utf-8") for p in notebooks]
+    n_ex = sum(len(re.findall(r"^## Exercise \d+\.\d+", t, re.M)) for t in sources)
+    n_q = sum(len(re.findall(r"^## Inline question \d+\.\d+", t, re.M)) for t in sources)
+    m = re.search(r"All\s+\*\*(\d+)\*\*\s+notebooks\s+are\s+assigned;\s+together\s+they\s+hold\s+\*\*(\d+)\*\*\s+graded\s+"
+                  r"exercises\s+and\s+\*\*(\d+)\*\*\s+written\s+questions", plan)
+    assert m, "the syllabus should state its counts in the sentence this test reads"
+    assert tuple(int(g) for g in m.groups()) == (len(notebooks), n_ex, n_q)
+    assert re.search(rf"\| exercise notebooks \({len(notebooks)}\) \|", plan)
+    assert re.search(rf"\| written questions \({n_q}:", plan)
+
+
+def test_week_10_lecture_fits_ninety_minutes():
+    notes = (nbk.INSTRUCTOR / "notes.md").read_text(encoding="utf-8")
+    table = notes.split("**Week 10 at a glance**", 1)[1].split("\n\n", 2)[1]
+    minutes = [int(m) for m in re.findall(r"^\|[^|]+\| (\d+) \|$", table, re.M)]
+    assert len(minutes) == 3 and sum(minutes) == 90, minutes
+    # each part's own timing in its chapter's section says the same
+    for heading, mins in (("## Chapter 11 ", minutes[0]), ("## Chapter 12 ", minutes[1])):
+        section = notes.split(heading, 1)[1].split("\n## ", 1)[0]
+        assert f"Lecture ({mins} min" in section, heading
+    assert f"{minutes[2]} min in the week-10 lecture" in notes.split("## From the laptop to a cluster", 1)[1]
+
+
+def test_the_final_project_has_a_brief_and_a_rubric_that_add_up():
+    plan = (ROOT / "book" / "syllabus.md").read_text(encoding="utf-8")
+    assert "### The final project: brief" in plan
+    rubric = plan.split("### Rubric for the final project", 1)[1].split("\n\n", 2)[1]
+    points = [int(p) for p in re.findall(r"^\| [^|]+ \| (\d+) \|", rubric, re.M)]
+    assert len(points) >= 4 and sum(points) == 25, points

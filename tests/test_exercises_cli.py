@@ -30,10 +30,11 @@ def test_student_edition_has_no_solutions(tmp_path, capsys):
     files = sorted(p.relative_to(out).as_posix() for p in out.rglob("*") if p.is_file())
     stems = [p.stem for p in nbk.notebooks()]
     top = sorted(f for f in files if not f.startswith("tostnp/"))
-    assert top == sorted(["README.md", "run.py", "requirements.txt", "pyproject.toml"]
+    assert top == sorted(["README.md", "run.py", "requirements.txt", "pyproject.toml",
+                          "requirements-exercises.txt"]
                          + [f"exercises/{s}.md" for s in stems]
                          + [f"exercises/{s}.ipynb" for s in stems])
-    assert "tostnp/exercises/grading.py" in files and "tostnp/__main__.py" in files
+    assert "tostnp/exercises/grading/__init__.py" in files and "tostnp/__main__.py" in files
     for p in nbk.notebooks():                                    # the tracked notebook, unchanged
         assert (out / "exercises" / p.name).read_bytes() == p.read_bytes()
         ipynb = nbk.read(out / "exercises" / (p.stem + ".ipynb"))
@@ -111,6 +112,25 @@ def test_check_prints_scores(tmp_path, kernel_env, capsys):
     for name in nbk.solution_sections(SMALL):
         assert "1.00 / 1  PASS" in lines[name]
     assert "3.00 / 3" in lines["total"]
+    assert "SCORE" not in out and "PASS  " not in out          # one table, no score lines
+
+
+def test_check_table_keeps_hints_whole():
+    import io
+    hint = ("n=30, d=5, K=3, eps=0.3: R^var_c exceeds R_c by 1.23e-01. For group 2, "
+            "U_k^T (Z^T Diag(pi_k) Z) U_k is not diagonal: which basis makes a symmetric "
+            "matrix diagonal?")
+    res = {"tight_basis": {"score": 0.0, "points": 1.0, "hint": hint},
+           "variational_compression": {"score": 1.0, "points": 1.0, "hint": ""}}
+    buf = io.StringIO()
+    assert cli._report("x.md", res, out=buf, width=70) == (1.0, 2.0)
+    lines = buf.getvalue().splitlines()
+    assert max(len(ln) for ln in lines) <= 70
+    first = next(i for i, ln in enumerate(lines) if "tight_basis" in ln)
+    col = lines[first].index("n=30")
+    rest = lines[first + 1:first + 1 + len(lines) - 4]
+    assert all(ln[:col].strip() == "" for ln in rest)               # wrapped under the column
+    assert " ".join(ln.strip() for ln in [lines[first][col:]] + rest) == hint
 
 
 def test_check_rejects_other_files(tmp_path, capsys):
@@ -133,7 +153,7 @@ def test_grade_writes_csv(tmp_path, capsys):
     nbk.write(solved, sub / "alice" / f"{SMALL}.ipynb")
     (sub / "bob" / f"{SMALL}.md").write_bytes((nbk.EXERCISES / f"{SMALL}.md").read_bytes())
     assert main(["exercises", "grade", str(sub), "--out", str(tmp_path / "out"),
-                 "--csv", str(tmp_path / "g.csv"), "--jobs", "1"]) == 0
+                 "--csv", str(tmp_path / "g.csv"), "--jobs", "1", "--allow-unsandboxed"]) == 0
     rows = list(csv.DictReader(open(tmp_path / "g.csv")))
     by = {r["student"]: r for r in rows}
     assert set(by) == {"alice", "bob"}
@@ -146,6 +166,23 @@ def test_grade_writes_csv(tmp_path, capsys):
     assert by["alice"]["written_marked"] == "0/1" and by["bob"]["written_marked"] == "1/1"
     assert (tmp_path / "out" / "feedback" / "alice.md").is_file()
     assert "wrote" in capsys.readouterr().out
+
+
+def test_grade_refuses_without_a_sandbox_unless_asked(tmp_path, monkeypatch, capsys):
+    """Where no sandbox can be had, grade says so before it starts and grades only with
+    --allow-unsandboxed; grades.csv records the isolation each submission had."""
+    monkeypatch.setenv("TOSTNP_GRADING_ISOLATION", "none")
+    sub = tmp_path / "subs" / "bob"
+    sub.mkdir(parents=True)
+    (sub / f"{SMALL}.md").write_bytes((nbk.EXERCISES / f"{SMALL}.md").read_bytes())
+    assert main(["exercises", "grade", str(tmp_path / "subs"), "--out", str(tmp_path / "o")]) == 2
+    err = capsys.readouterr().err
+    assert "no sandbox" in err and "--allow-unsandboxed" in err and not (tmp_path / "o").exists()
+    assert main(["exercises", "grade", str(tmp_path / "subs"), "--out", str(tmp_path / "o"),
+                 "--jobs", "1", "--allow-unsandboxed"]) == 0
+    assert "isolation of each submission: none" in capsys.readouterr().out
+    rows = list(csv.DictReader(open(tmp_path / "o" / "grades.csv")))
+    assert [r["isolation"] for r in rows] == ["none"]
 
 
 def test_start_prints_the_command_that_works(tmp_path, monkeypatch, capsys):

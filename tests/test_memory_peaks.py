@@ -10,24 +10,12 @@ Every array involved scales with n, so the ratios at these small shapes are thos
 ones (n = 20,000 or N = 8,192 give the same bounds; benchmarks/context_scaling.py measures
 whole training steps).
 """
-import tracemalloc
-
 import numpy as np
 import pytest
 
 from tostnp import tssa_step
+from tostnp.bench.peaks import traced_peak_bytes as peak_bytes   # above what existed before
 from tostnp.nn.tssa import tssa_forward, tssa_backward
-
-
-def peak_bytes(fn):
-    """Bytes allocated at the peak of fn(), above what was allocated before the call."""
-    tracemalloc.start()
-    try:
-        before = tracemalloc.get_traced_memory()[0]
-        fn()
-        return tracemalloc.get_traced_memory()[1] - before
-    finally:
-        tracemalloc.stop()
 
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])

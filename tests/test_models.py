@@ -245,27 +245,25 @@ def _one_step(xp, device, kind):
 
 
 @pytest.mark.parametrize("kind", ["vision", "lm"])
-def test_training_step_on_strict_device_matches_numpy(kind):
-    xps = pytest.importorskip("array_api_strict")
-    dev = xps.Device("device1")
-    loss_s, grads_s, params_s = _one_step(xps, dev, kind)
+def test_training_step_on_strict_device_matches_numpy(kind, device):
+    loss_s, grads_s, params_s = _one_step(device.xp, device.dev, kind)
     # the same (plain) code on NumPy: the fast path rounds differently, and AdamW turns the
     # rounding noise of gradients that are zero in exact arithmetic (the key bias of class
-    # attention) into +-lr updates; tests/test_fused.py compares the two paths
+    # attention) into +-lr updates; tests/test_kernels.py compares the two paths
     old = backend.set_fast(False)
     try:
         loss_n, grads_n, params_n = _one_step(xp_np, None, kind)
     finally:
         backend.set_fast(old)
-    cpu = xps.Device("CPU_DEVICE")
-    host = lambda a: np.asarray(a.to_device(cpu))  # noqa: E731
-    assert loss_s.dtype == xps.float32 and loss_s.device == dev
-    assert float(loss_s) == pytest.approx(float(loss_n), rel=1e-5)
+    f32 = device.dtype("float32")
+    assert loss_s.dtype == f32 and device.holds(loss_s)
+    assert float(backend.to_host(loss_s)) == pytest.approx(float(loss_n), rel=1e-5)
     for k in params_n:
-        assert params_s[k].dtype == xps.float32 and params_s[k].device == dev, k
-        np.testing.assert_allclose(host(grads_s[k]), grads_n[k], rtol=2e-4, atol=1e-6, err_msg=k)
-        np.testing.assert_allclose(host(params_s[k]), params_n[k], rtol=1e-5, atol=1e-6,
+        assert params_s[k].dtype == f32 and device.holds(params_s[k]), k
+        np.testing.assert_allclose(backend.to_host(grads_s[k]), grads_n[k], rtol=2e-4, atol=1e-6,
                                    err_msg=k)
+        np.testing.assert_allclose(backend.to_host(params_s[k]), params_n[k], rtol=1e-5,
+                                   atol=1e-6, err_msg=k)
 
 
 def test_generate_on_strict_device():

@@ -11,7 +11,8 @@ import pytest
 
 import array_api_compat.numpy as xp_np
 from tostnp.math import variational as core   # R^var_c, its closed-form gradient, tssa_step
-from tostnp.backend import RNG
+from tostnp import backend
+from tostnp.backend import RNG, kernels, tuning
 from tostnp.nn.tssa import tssa_forward, tssa_backward, tssa_init
 from references import rel_err, ref_tssa, check_on_strict_device
 
@@ -164,11 +165,11 @@ def test_float32_preserved_and_close_to_float64():
     assert rel_err(y32, y64) < 1e-5 and rel_err(dx32, dx64) < 1e-4
 
 
-def test_strict_device_forward_backward():
+def test_strict_device_forward_backward(device):
     x, P, G = make(8)
     y, dx, grads, cache = check_on_strict_device(lambda x_, P_: tssa_forward(x_, P_, 3),
-                                                 tssa_backward, x, P, G)
-    assert cache["Pi"].device == y.device
+                                                 tssa_backward, x, P, G, device=device)
+    assert device.holds(cache["Pi"])
 
 
 # ---- init ------------------------------------------------------------------------------------
@@ -215,3 +216,97 @@ def test_bad_inputs():
     _, cache = tssa_forward(x, P, 3)
     with pytest.raises(ValueError, match=r"dy must have shape \(2, 7, 12\)"):
         tssa_backward(G[:, :3], cache)
+
+
+# ---------------------------------------------------------------------------------------------
+# the non-causal TSSA layer on slices of its batch, one per thread (tostnp.nn.tssa)
+# ---------------------------------------------------------------------------------------------
+@pytest.mark.parametrize("threads, B", [(2, 4), (3, 7)])
+def test_tssa_batch_slices_match_the_staged_reference(monkeypatch, threads, B):
+    """Sliced forward and backward (uneven slices for B = 7 on 3 threads) against the staged
+    float64 form of the book (tostnp/nn/tssa_reference.py), with every slice on its own thread
+    with one BLAS thread."""
+    import threading
+    from threadpoolctl import threadpool_info
+    from tostnp.nn import tssa
+    from tostnp.nn.tssa_reference import tssa_forward_reference, tssa_backward_reference
+    monkeypatch.setattr(tuning, "LAYER_SLICE_MIN_ELEMENTS", 1)
+    monkeypatch.setattr(tssa, "spin_is_short", lambda: True)
+    g = np.random.default_rng(3)
+    N, C, h = 5, 12, 3
+    x, dy = g.standard_normal((B, N, C)), g.standard_normal((B, N, C))
+    params = tssa.tssa_init(backend.RNG(1), np, C, h, bias=True, dtype=np.float64, std=0.5)
+    params["temp"] = np.asarray(g.uniform(0.5, 2.0, (h, 1)))
+    seen = []
+    real = tssa.full_forward
+
+    def spy(xs, *a):
+        seen.append((threading.get_ident(), xs.shape[0], kernels.get_threads(),
+                     [i["num_threads"] for i in threadpool_info()
+                      if i["user_api"] == "blas" and "numpy" in i["filepath"]]))
+        return real(xs, *a)
+    monkeypatch.setattr(tssa, "full_forward", spy)
+    with backend.threads(threads):
+        y, cache = tssa.tssa_forward(x, params, h)
+        dx, grads = tssa.tssa_backward(dy, cache)
+    assert sorted(s[1] for s in seen) == {4: [2, 2], 7: [2, 2, 3]}[B]
+    # the first slice on the calling thread, the others on the pool's threads (a pool thread
+    # that finished its slice early may take the next one: at least 2 threads, at most `threads`)
+    idents = {s[0] for s in seen}
+    assert threading.get_ident() in idents and 2 <= len(idents) <= threads
+    assert all(s[2] == 1 and s[3] == [1] for s in seen)
+    y_ref, c_ref = tssa_forward_reference(x, params, h)
+    dx_ref, g_ref = tssa_backward_reference(dy, c_ref)
+    assert np.abs(y - y_ref).max() <= 1e-12 * np.abs(y_ref).max()
+    assert cache["Pi"].shape == (B, h, N) and np.allclose(cache["Pi"], c_ref["Pi"], atol=1e-14)
+    assert np.abs(dx - dx_ref).max() <= 1e-11 * np.abs(dx_ref).max()
+    assert set(grads) == set(g_ref)
+    for k in g_ref:
+        assert np.abs(grads[k] - g_ref[k]).max() <= 1e-11 * np.abs(g_ref[k]).max(), k
+
+
+def test_tssa_batch_slices_only_where_allowed(monkeypatch):
+    """Whole on one thread, on the plain path, on array_api_strict, for the causal layer and
+    under the size limit."""
+    import array_api_strict as xps
+    from tostnp.nn import tssa
+    x = np.zeros((4, 8, 16))
+    monkeypatch.setattr(tuning, "LAYER_SLICE_MIN_ELEMENTS", 8 * 16)
+    monkeypatch.setattr(tssa, "spin_is_short", lambda: True)
+    assert tssa.batch_slices(x, np) == [(0, 4)]
+    with backend.threads(2):
+        assert tssa.batch_slices(x, np) == [(0, 2), (2, 4)]
+        monkeypatch.setattr(tssa, "spin_is_short", lambda: False)    # OpenBLAS spins long
+        assert tssa.batch_slices(x, np) == [(0, 4)]
+        monkeypatch.setattr(tssa, "spin_is_short", lambda: True)
+        assert tssa.batch_slices(xps.asarray(x), xps) == [(0, 4)]
+        old = backend.set_fast(False)
+        try:
+            assert tssa.batch_slices(x, np) == [(0, 4)]
+        finally:
+            backend.set_fast(old)
+        monkeypatch.setattr(tuning, "LAYER_SLICE_MIN_ELEMENTS", 3 * 8 * 16)
+        assert tssa.batch_slices(x, np) == [(0, 4)]              # 2 rows each: under the limit
+        monkeypatch.setattr(tuning, "LAYER_SLICE_MIN_ELEMENTS", 1)
+        params = tssa.tssa_init(backend.RNG(0), np, 16, 2, causal=True, max_len=8,
+                                dtype=np.float64)
+        _, cache = tssa.tssa_forward(np.ones((4, 8, 16)), params, 2, causal=True)
+        assert "slices" not in cache
+        params = tssa.tssa_init(backend.RNG(0), np, 16, 2, dtype=np.float64)
+        _, cache = tssa.tssa_forward(np.ones((4, 8, 16)), params, 2)
+        assert [b for b, _ in cache["slices"]] == [(0, 2), (2, 4)]
+
+
+def test_tssa_batch_slice_error_reaches_the_caller(monkeypatch):
+    from tostnp.nn import tssa
+    monkeypatch.setattr(tuning, "LAYER_SLICE_MIN_ELEMENTS", 1)
+    monkeypatch.setattr(tssa, "spin_is_short", lambda: True)
+
+    def boom(xs, *a):
+        raise FloatingPointError(f"slice of {xs.shape[0]}")
+    monkeypatch.setattr(tssa, "full_forward", boom)
+    params = tssa.tssa_init(backend.RNG(0), np, 16, 2, dtype=np.float64)
+    with backend.threads(2), pytest.raises(FloatingPointError, match="slice of 2"):
+        tssa.tssa_forward(np.ones((4, 8, 16)), params, 2)
+    with backend.threads(2):
+        assert kernels.get_threads() == 2

@@ -160,10 +160,10 @@ def test_decode_state_in_cache_is_the_prefix_statistics():
     assert st["t"] == 8
 
 
-def test_strict_device_forward_backward(scan_block):
+def test_strict_device_forward_backward(scan_block, device):
     x, P, G = make(6)
     check_on_strict_device(lambda x_, P_: tssa_forward(x_, P_, 2, causal=True), tssa_backward,
-                           x, P, G)
+                           x, P, G, device=device)
 
 
 def test_bad_inputs():

@@ -12,7 +12,8 @@ adds the gradient harness around these).
     the objective (ch. 2-5)  coding_rate, compression, coding_rate_ad, variational_compression,
                              variational_compression_ad, membership
     layers (ch. 6-9)         layer_norm, gelu, gelu_erf, mlp, softmax, cross_entropy,
-                             softmax_attention, linear_attention, class_attention, tssa
+                             softmax_attention, linear_attention, class_attention, tssa,
+                             tssa_parts (the output and the memberships Pi)
 """
 from __future__ import annotations
 
@@ -24,7 +25,7 @@ import numpy as np
 __all__ = ["rel_err", "coding_rate", "compression", "coding_rate_ad", "variational_compression",
            "variational_compression_ad", "membership", "layer_norm", "gelu", "gelu_erf", "mlp",
            "softmax", "cross_entropy", "softmax_attention", "linear_attention",
-           "class_attention", "tssa"]
+           "class_attention", "tssa", "tssa_parts"]
 
 
 # ---------------------------------------------------------------------------------------------
@@ -233,9 +234,15 @@ def class_attention(x, P, h, pre=""):
 
 
 def tssa(x, P, h, causal=False, pre=""):
+    """The TSSA layer's output y (B, N, C): :func:`tssa_parts`' first part."""
+    return tssa_parts(x, P, h, causal, pre)[0]
+
+
+def tssa_parts(x, P, h, causal=False, pre=""):
     """The TSSA layer in the (B, h, N, p) layout (eq-layer-w .. eq-layer-out; causal:
     eq-causal-pi, eq-causal-out), keys P[pre + "W_u"], "b_u" (opt), "temp", "W_o", "b_o" (opt),
-    "denom_bias" (causal). Non-causal: explicit L2 normalisation along the token axis."""
+    "denom_bias" (causal). Non-causal: explicit L2 normalisation along the token axis.
+    Returns (y (B, N, C), Pi (B, h, N): each token's memberships over the heads)."""
     B, T, C = x.shape
     p = C // h
     w = anp.dot(x, P[pre + "W_u"])
@@ -257,4 +264,4 @@ def tssa(x, P, h, causal=False, pre=""):
     out = -w * Pi[..., None] / (1.0 + m)
     out = anp.reshape(anp.transpose(out, (0, 2, 1, 3)), (B, T, C))
     y = anp.dot(out, P[pre + "W_o"])
-    return y + P[pre + "b_o"] if pre + "b_o" in P else y
+    return (y + P[pre + "b_o"] if pre + "b_o" in P else y), Pi

@@ -7,7 +7,7 @@ of its plain twin and with the same cache fields (GELU's gate s, LayerNorm's xha
 is chosen by :func:`tostnp.backend.fused` only (CuPy and ``array_api_strict`` run the plain
 code). The plain forms write one fresh temporary per operator (``0.5 * (1.0 + xp.tanh(u))`` is
 three passes and three new arrays); here each chain runs in place with ``out=`` arguments, and
-reductions that would need a temporary become matrix-vector products. ``tests/test_fused.py``
+reductions that would need a temporary become matrix-vector products. ``tests/test_kernels.py``
 checks each against the plain path on random shapes in float32 and float64.
 
 What it does beyond the plain code:

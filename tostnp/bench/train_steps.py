@@ -10,7 +10,8 @@ on synthetic data of the CLI's default batch shapes, and one ToST block forward+
   (clipping + AdamW); a step that runs its batch in shards on several threads, as training does
   (:mod:`tostnp.train.shards`), reports its forward and backward together, in "fwd";
 * minor page faults per step (``resource.getrusage().ru_minflt``): each one is a page of memory
-  the kernel had to map and zero, i.e. fresh memory the step touched;
+  the kernel had to map and zero, i.e. fresh memory the step touched (n/a without ``resource``:
+  Windows);
 * peak memory of one step, after the timed rounds (:mod:`tostnp.bench.peaks`): the bytes NumPy
   allocated at the step's high-water mark above what existed before it (tracemalloc:
   activations, gradients, temporaries; not the parameters or the optimiser state), and the
@@ -26,7 +27,7 @@ too, so all of them are interleaved and their ratios are meaningful on a busy ma
 """
 from __future__ import annotations
 
-import resource
+import math
 import statistics
 import time
 
@@ -41,7 +42,12 @@ TRAIN_BENCHES = ("lm", "vision", "block")
 BLOCK_SHAPE = dict(B=4, N=4096, C=384, h=6)
 
 
-def _minflt() -> int:
+def _minflt() -> float:
+    """Minor page faults of this process so far (NaN where ``resource`` does not exist)."""
+    try:
+        import resource
+    except ImportError:
+        return float("nan")
     return resource.getrusage(resource.RUSAGE_SELF).ru_minflt
 
 
@@ -269,13 +275,13 @@ def run_train_bench(benches=TRAIN_BENCHES, *, dtype: str = "float32", rounds: in
     for key, ss in samples.items():
         st = steps[key]
         med = lambda i: statistics.median(s[i] for s in ss)  # noqa: E731
-        step_s = med(0)
+        step_s, faults = med(0), med(4)
         out[label(key)] = {
             "desc": st.desc, "items": st.items, "unit": st.unit, "threads": key[2],
             "step_s": step_s,
             "steps_per_s": 1.0 / step_s, "items_per_s": st.items / step_s,
             "forward_s": med(1), "backward_s": med(2), "optimiser_s": med(3),
-            "minflt_per_step": med(4), "peak_traced_mb": peaks[key][0],
+            "minflt_per_step": None if math.isnan(faults) else faults, "peak_traced_mb": peaks[key][0],
             "peak_rss_mb": peaks[key][1], "rounds": len(ss), "k": ks[key],
             "shards": st.shards[0]}
     if compare_plain:
@@ -305,8 +311,10 @@ def format_train_report(res: dict) -> str:
             + (f", {r['shards']} shards" if r.get("shards", 1) > 1 else "")
         lines.append(f"{label:<52} {r['steps_per_s']:8.2f} {r['items_per_s']:10.0f} "
                      f"{r['forward_s'] * 1e3:8.1f} {r['backward_s'] * 1e3:8.1f} "
-                     f"{r['optimiser_s'] * 1e3:8.1f} {r['minflt_per_step']:11.0f} "
-                     f"{r['peak_traced_mb']:8.1f} "
+                     f"{r['optimiser_s'] * 1e3:8.1f} "
+                     + ("        n/a " if r["minflt_per_step"] is None
+                        else f"{r['minflt_per_step']:11.0f} ")
+                     + f"{r['peak_traced_mb']:8.1f} "
                      + ("     n/a" if r["peak_rss_mb"] is None else f"{r['peak_rss_mb']:8.0f}"))
         if "ratio_fast_plain" in r:
             lines.append(f"{'':<4}fast path / plain path: {r['ratio_fast_plain']:.2f}x "

@@ -5,6 +5,7 @@ or instructor edition, grade many submissions.
   python -m tostnp exercises check my-exercises/02_coding_rate.md   # run it, print the score per exercise
   python -m tostnp exercises build --student OUT         # notebooks (.md and .ipynb), no solutions
   python -m tostnp exercises build --instructor OUT      # + solved notebooks with hidden tests, planted bugs
+  python -m tostnp exercises build --gradescope OUT      # a Gradescope autograder zip
   python -m tostnp exercises grade SUBMISSIONS [--out DIR] [--roster roster.csv]
 
 ``start`` never overwrites a notebook already in my-exercises/ (git ignores that folder, so the
@@ -47,6 +48,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     s = sub.add_parser("start", help="copy the notebooks to my-exercises/ and start JupyterLab")
     s.add_argument("--dir", default=str(MY_DIR), help=f"your working folder [{MY_DIR.name}]")
     s.add_argument("--no-lab", action="store_true", help="only copy and configure; do not start")
+    s.add_argument("--no-browser", action="store_true",
+                   help="start JupyterLab without opening a browser: open the address it prints")
     s.add_argument("lab_args", nargs=argparse.REMAINDER,
                    help="passed to jupyter lab (e.g. -- --no-browser --port 8890)")
     c = sub.add_parser("check", help="execute notebooks and print the score of each exercise")
@@ -57,6 +60,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     g = b.add_mutually_exclusive_group(required=True)
     g.add_argument("--student", metavar="OUT", help="notebooks and the package, no solutions")
     g.add_argument("--instructor", metavar="OUT", help="also solved notebooks, hidden tests, bugs")
+    g.add_argument("--gradescope", metavar="OUT",
+                   help="a Gradescope autograder zip (OUT.zip, or OUT/autograder.zip)")
+    b.add_argument("--notebook", action="append", metavar="NN_name",
+                   help="with --gradescope: a notebook the assignment covers (repeat; all when "
+                        "omitted)")
     r = sub.add_parser("grade", help="grade submitted notebooks: grades, feedback, exports")
     r.add_argument("submissions", help="folder: <student>/NN_name.md|.ipynb (or files directly)")
     r.add_argument("--out", default=None,
@@ -69,6 +77,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     r.add_argument("--regrade", action="store_true",
                    help="grade again what is already graded (new inputs drawn)")
     r.add_argument("--no-hidden", action="store_true", help="only the tests students see")
+    r.add_argument("--allow-unsandboxed", action="store_true",
+                   help="grade for marks even where no sandbox (bubblewrap) can be had: each "
+                        "student's code then runs as you, bounded by an audit hook only")
     _limits_arguments(r)
 
 
@@ -150,7 +161,8 @@ def _start(args) -> int:
         "exercises", "check", os.path.relpath(workdir / (copied or kept or ['NN_name.md'])[0])))
     if args.no_lab:
         return 0
-    cmd, env = lab_command(workdir, args.lab_args)
+    cmd, env = lab_command(workdir, list(args.lab_args)
+                           + (["--no-browser"] if args.no_browser else []))
     print("starting JupyterLab (Ctrl-C to stop):", " ".join(cmd[2:]), flush=True)
     if os.name == "posix":
         # become JupyterLab (same pid): stopping this command stops the server, no orphan
@@ -164,18 +176,24 @@ def _start(args) -> int:
 # --------------------------------------------------------------------------------------------
 # check
 # --------------------------------------------------------------------------------------------
-def _report(path, results, out=None) -> tuple[float, float]:
+def _report(path, results, out=None, width=None) -> tuple[float, float]:
+    """One table: exercise, score, and PASS or the whole hint, wrapped under its column."""
+    import textwrap
     out = out or sys.stdout
+    width = width or min(max(shutil.get_terminal_size((100, 24)).columns, 60), 120)
     print(f"{path}", file=out)
     total = maxi = 0.0
-    width = max([len(n) for n in results] + [5])
+    name_w = max([len(n) for n in results] + [5])
     for name, r in results.items():
         total += r["score"]
         maxi += r["points"]
-        mark = "PASS" if r["score"] == r["points"] else (r["hint"].splitlines()[0][:160]
-                                                        if r["hint"] else "")
-        print(f"  {name:<{width}}  {r['score']:5.2f} / {r['points']:g}  {mark}", file=out)
-    print(f"  {'total':<{width}}  {total:5.2f} / {maxi:g}", file=out)
+        mark = "PASS" if r["score"] == r["points"] else " ".join((r["hint"] or "").split())
+        head = f"  {name:<{name_w}}  {r['score']:5.2f} / {r['points']:g}  "
+        lines = textwrap.wrap(mark, max(width - len(head), 30)) or [""]
+        print(head + lines[0], file=out)
+        for line in lines[1:]:
+            print(" " * len(head) + line, file=out)              # under the hint column
+    print(f"  {'total':<{name_w}}  {total:5.2f} / {maxi:g}", file=out)
     return total, maxi
 
 
@@ -184,6 +202,8 @@ def _check(args) -> int:
     if err:
         return _fail(err)
     from ..exercises import grading
+    if grading.limits_note():
+        print(grading.limits_note(), file=sys.stderr)
     full = True
     for f in args.notebooks:
         path = Path(f)
@@ -236,17 +256,24 @@ def solved_notebook(path: Path):
     return nb
 
 
-# what an edition holds besides the notebooks: enough to start, check (and grade) with it alone
-_EDITION_FILES = ["run.py", "requirements.txt", "pyproject.toml"]
+def edition_files() -> list[str]:
+    """What an edition holds besides the notebooks, enough to start, check (and grade) with it
+    alone: run.py, pyproject.toml and every requirements file run.py installs for
+    ``exercises`` (asked of run.py itself, so that its includes are followed)."""
+    import importlib.util
+    spec = importlib.util.spec_from_file_location("_tostnp_run_py", nbk.ROOT / "run.py")
+    run_py = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(run_py)
+    return ["run.py", "pyproject.toml"] + run_py.included(run_py.STACKS["exercises"])
 
 
 def build(out: Path, instructor: bool) -> list[Path]:
     """Write an edition into ``out``; returns the files written.
 
     Both editions: README.md (the student guide, exercises/STUDENT.md), exercises/NN_name.md and
-    .ipynb, the tostnp package (the checkers run on it), run.py, requirements.txt and
-    pyproject.toml, so that ``python3 run.py exercises start`` and ``... check`` work in the
-    edition alone. The instructor edition adds exercises/instructor/ (the solutions, the planted
+    .ipynb, the tostnp package (the checkers run on it), run.py, pyproject.toml and the
+    requirements files run.py installs for ``exercises`` (:func:`edition_files`), so that
+    ``python3 run.py exercises start`` and ``... check`` work in the edition alone. The instructor edition adds exercises/instructor/ (the solutions, the planted
     bugs, the instructor guide) and solutions/ (solved notebooks with the hidden tests)."""
     out.mkdir(parents=True, exist_ok=True)
     written = []
@@ -258,7 +285,7 @@ def build(out: Path, instructor: bool) -> list[Path]:
         written += [ex / src.name, ex / (src.stem + ".ipynb")]
     shutil.copyfile(nbk.EXERCISES / "STUDENT.md", out / "README.md")
     written.append(out / "README.md")
-    for name in _EDITION_FILES:
+    for name in edition_files():
         shutil.copyfile(nbk.ROOT / name, out / name)
         written.append(out / name)
     pkg = out / "tostnp"
@@ -286,6 +313,17 @@ def _build(args) -> int:
     err = _require("jupytext", "nbformat")
     if err:
         return _fail(err)
+    if args.gradescope:
+        from ..exercises.gradescope import build_autograder
+        try:
+            path = build_autograder(Path(args.gradescope), args.notebook, files=edition_files())
+        except ValueError as e:
+            return _fail(str(e))
+        print(f"Gradescope autograder: {path} (upload it as the assignment's autograder; "
+              "written answers: add them as manually graded questions)")
+        return 0
+    if args.notebook:
+        return _fail("--notebook goes with --gradescope")
     out = Path(args.instructor or args.student).resolve()
     if out == nbk.EXERCISES.resolve() or nbk.EXERCISES.resolve() in out.parents:
         return _fail("OUT must be outside exercises/")
@@ -323,17 +361,34 @@ def _grade(args) -> int:
             grading.read_roster(roster)
         except (ValueError, csv.Error) as e:
             return _fail(str(e))
+    if grading.limits_note():
+        print(grading.limits_note(), file=sys.stderr)
+    from ..exercises.grading import isolation as iso
+    kind = iso.available()
+    if kind == iso.NONE and not args.allow_unsandboxed:
+        return _fail("no sandbox for the students' code on this machine: install bubblewrap "
+                     "(apt-get install bubblewrap; on Ubuntu 24.04 unprivileged user namespaces "
+                     "must be allowed for it), or pass --allow-unsandboxed to grade with each "
+                     "student's code running as you, bounded by an audit hook only")
+    print(f"isolation of each submission: {iso.DESCRIPTION[kind]}", flush=True)
     try:
         rep = grading.grade_class(folder, out, hidden=not args.no_hidden, jobs=args.jobs,
                                   cell_timeout=args.timeout,
                                   notebook_timeout=args.notebook_timeout,
                                   memory_mb=args.memory_mb, roster=roster, regrade=args.regrade,
-                                  csv_path=Path(args.csv) if args.csv else None)
+                                  csv_path=Path(args.csv) if args.csv else None,
+                                  isolation=kind)
     except ValueError as e:                          # a written mark that is not a mark
         return _fail(str(e))
     for r in rep["rows"]:
         print(f"  {r['student']:<20} {r['notebook']:<22} {r['total']:6.2f} / {r['max_score']:g}"
               f"  {r['status']}, written answers marked {r['written_marked']}")
+    from ..exercises.grading.reports import export_gaps
+    gaps = export_gaps(rep["rows"])
+    if gaps["missing"] or gaps["unmarked"]:
+        print(f"left blank in canvas.csv and moodle.csv (not 0): {gaps['missing']} notebook(s) "
+              f"never submitted, {gaps['unmarked']} with written answers not marked yet (mark "
+              f"them in {out / 'written'} and run grade again)")
     print(f"wrote {rep['csv']} ({len(rep['rows'])} rows), feedback pages in {out / 'feedback'}, "
           f"written answers to mark in {out / 'written'}, {out / 'canvas.csv'} and "
           f"{out / 'moodle.csv'}")

@@ -120,3 +120,8 @@ def check_run_has_data(kind: str, config: dict, path: str) -> None:
         raise ValueError(f"{path} holds imported weights without a {what}; import again with "
                          f"'{how_to_run('convert', 'FILE', 'DIR', '--like', 'RUN')}' to take the {what} "
                          f"from a tostnp run (the Python API load_model works as is)")
+
+
+def load_1min() -> float | None:
+    """The 1-minute load average recorded with a run; None where there is none (Windows)."""
+    return os.getloadavg()[0] if hasattr(os, "getloadavg") else None

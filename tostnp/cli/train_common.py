@@ -77,6 +77,6 @@ def say_best(args, best, steps, figures: str) -> None:
 def finish(args, kind, seed, result) -> None:
     """Write the run's final numbers to <out>/result.json (atomically)."""
     from ..io.atomic import atomic_write_text
-    result = {"task": kind, "seed": seed, **result,
-              "loadavg_1min_end": os.getloadavg()[0]}
+    from .options import load_1min
+    result = {"task": kind, "seed": seed, **result, "loadavg_1min_end": load_1min()}
     atomic_write_text(os.path.join(args.out, "result.json"), json.dumps(result, indent=1) + "\n")

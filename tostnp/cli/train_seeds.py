@@ -58,9 +58,9 @@ def _over_seeds(args, one, seeds, kind, root, failed) -> int:
         print(f"error: the run with seed {failed[-1]} failed; finished runs are in {root}",
               file=sys.stderr)
         return e.rc
-    from .options import how_to_run
+    from .options import how_to_run, load_1min
     summary.update(command=how_to_run(*sys.argv[1:]) if sys.argv else "",
-                   loadavg_1min_end=os.getloadavg()[0], cpu_count=os.cpu_count())
+                   loadavg_1min_end=load_1min(), cpu_count=os.cpu_count())
     from ..io.atomic import atomic_write_text
     os.makedirs(root, exist_ok=True)
     atomic_write_text(os.path.join(root, "seeds.json"), json.dumps(summary, indent=1) + "\n")

@@ -11,7 +11,7 @@ fraction of cases passed, times its points). One module per notebook (``exNN_<no
 ``exercises check`` and ``exercises grade`` run a notebook's cells in a separate process without
 the code under study and call these same checkers from outside it (:mod:`.grading`).
 """
-from ._core import Delegated, Fail, NotWritten, HIDDEN_ENV, RESULTS_ENV
+from ._core import Delegated, Fail, NotWritten, HIDDEN_ENV, RESULTS_ENV, hints_without_traceback
 from .ex01_attention_cost import check_softmax_attention, check_loglog_slope, check_attention_scaling
 from .ex02_coding_rate import (check_coding_rate, check_compression, check_coding_rate_grad,
                                check_max_rate_design)
@@ -30,3 +30,5 @@ from .ex11_gpu import check_xp_coding_rate, check_xp_softmax
 
 __all__ = [n for n in dir() if n.startswith("check_")] + [
     "digits_config", "Delegated", "Fail", "NotWritten", "HIDDEN_ENV", "RESULTS_ENV"]
+
+hints_without_traceback()

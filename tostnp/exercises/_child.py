@@ -1,41 +1,38 @@
 """The grading child: runs ONE submission's code cells and evaluates its functions on request.
 
-Started by :mod:`tostnp.exercises.grading` as ``python -S -E _child.py SANDBOX RFD WFD CONFIG``
-(a copy of this file inside the sandbox; it imports nothing from tostnp, and the grading
+Started by :mod:`tostnp.exercises.grading` as ``python -S -E _child.py CONFIG RFD WFD OUTFD``
+(a copy of this file, read-only inside the sandbox; it imports nothing from tostnp, and the grading
 process imports its wire functions, so that both ends share one codec). It never sees a
 reference, a solution or a score: the grading process sends cells to execute and calls to
 make; this process answers with plain data (JSON + arrays in an .npz, no pickle) over two pipes.
 
 Before any student code runs it: sets resource limits (address space, file size, no core
-files), puts the sandbox first on sys.path (a ``tostnp`` built without the code the notebook's
-exercises are about), keeps references to the clock and to tracemalloc that student code
-cannot replace, and installs an audit hook (PEP 578; it cannot be removed) that refuses to
-import blocked modules (autograd, ...), to open files under the protected folders (the
-repository, the submissions, the grades), to write outside the sandbox, and to start
-processes. Native code (ctypes, a C extension) is not bound by an audit hook: the grading
-process also hides the protected folders with a private mount namespace where the OS allows it.
+files; the grader set them before exec as well), puts the stand-in package first on sys.path (a
+``tostnp`` built without the code the notebook's exercises are about), installs an audit hook
+(PEP 578; it cannot be removed) that refuses to import blocked modules (autograd, ...), to open
+files under the protected folders (the repository, the submissions, the grades), to write
+outside its work folder, and to start processes, then says it is ready. The hook is the second
+layer: native code (ctypes, a C extension) is not bound by it, so the grader runs this process
+in a sandbox made for the job where the machine has one (bubblewrap: see
+``tostnp/exercises/grading/isolation.py``). Nothing the grader relies on comes from here but the
+answers: CPU time and peak memory are read from outside this process.
 """
 import io
 import json
 import os
-import resource
 import struct
 import sys
-import time
 import traceback
-import tracemalloc
-
-_clock = time.thread_time            # kept before student code runs: CPU time of this
-                                     # thread (one BLAS thread), not disturbed by load
-_wall = time.perf_counter
-_tm_start, _tm_stop = tracemalloc.start, tracemalloc.stop
-_tm_peak, _tm_tracing = tracemalloc.get_traced_memory, tracemalloc.is_tracing
-_tm_reset = tracemalloc.reset_peak
 
 MAX_MESSAGE = 256 * 2**20
 
 
 def _limits(cfg):
+    try:
+        import resource
+    except ImportError:                          # Windows: no caps here (the grader says so)
+        return
+
     def cap(which, soft, hard=None):
         try:
             resource.setrlimit(which, (soft, soft if hard is None else hard))
@@ -53,25 +50,27 @@ def _limits(cfg):
         cap(resource.RLIMIT_CPU, cpu, cpu + 5)
 
 
-def _die_with_parent():
+def _die_with_parent(sandboxed):
     """Linux: be killed when the grading process dies (a killed grading run leaves no child)."""
     try:
         import ctypes
         ctypes.CDLL(None).prctl(1, 9)            # PR_SET_PDEATHSIG, SIGKILL
     except Exception:                            # noqa: BLE001  not Linux: the pipe closes
         pass
-    if os.getppid() == 1:
+    if os.getppid() == 1 and not sandboxed:      # orphaned (in bwrap, pid 1 is its reaper)
         os._exit(1)
 
 
-def _audit(cfg, sandbox):
+def _audit(cfg):
     blocked = tuple(cfg.get("blocked_modules", ()))
     protected = [os.path.realpath(p) for p in cfg.get("protected", ())]
-    allowed_read = [os.path.realpath(p) for p in cfg.get("allowed_read", ())] + [sandbox]
-    writable = [sandbox, "/dev/null"]
+    allowed_read = [os.path.realpath(p) for p in cfg.get("allowed_read", ())]
+    writable = [os.path.realpath(p) for p in cfg["writable"]] + [os.devnull]
 
-    def under(path, roots):
-        return any(path == r or path.startswith(r.rstrip("/") + "/") for r in roots)
+    def under(path, roots):              # separator and case as the system has them (Windows)
+        path = os.path.normcase(path)
+        return any(path == os.path.normcase(r)
+                   or path.startswith(os.path.join(os.path.normcase(r), "")) for r in roots)
 
     def hook(event, args):
         if event == "import":
@@ -220,15 +219,14 @@ class Encoder:
 
 
 def main():
-    _die_with_parent()
-    sandbox, rfd, wfd, cfg_path = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), sys.argv[4]
+    cfg_path, rfd, wfd, outfd = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])
     with open(cfg_path, encoding="utf-8") as f:
         cfg = json.load(f)
-    sandbox = os.path.realpath(sandbox)
-    sys.path[:0] = [os.path.join(sandbox, "pkgs")]
+    _die_with_parent(cfg.get("sandboxed"))
+    sys.path[:0] = [cfg["pkgs"]]
     sys.path += [d for d in cfg.get("site_packages", ()) if d not in sys.path]
-    os.chdir(os.path.join(sandbox, "work"))
-    log = open(os.path.join(sandbox, "output.txt"), "a", buffering=1, encoding="utf-8")
+    os.chdir(cfg["work"])
+    log = open(outfd, "a", buffering=1, encoding="utf-8", errors="replace")
     sys.stdout = sys.stderr = log
     import numpy as np                                       # noqa: F401  before the limits
     for mod in cfg.get("preload", ()):
@@ -237,8 +235,10 @@ def main():
         except Exception:                                    # noqa: BLE001
             pass
     _limits(cfg)
-    _audit(cfg, sandbox)
-    ns = {"__name__": "__main__"}
+    _audit(cfg)
+    # a notebook's own builtin: an honest cell that shows a value runs here too (shows nothing)
+    ns = {"__name__": "__main__", "display": lambda *objs, **kwargs: None}
+    send(wfd, {"op": "ready"})
 
     def decode(v):
         if isinstance(v, list):
@@ -313,24 +313,20 @@ def main():
         elif op == "call":
             fn = ns.get(head["name"])
             args = decode(head["args"])
-            repeats = max(1, int(head.get("repeats", 1)))
-            trace = bool(head.get("trace_memory"))
+            inside = bool(head.get("measure_inside"))   # only where the grader has no /proc
             try:
-                best, wall, peak, stopped = float("inf"), float("inf"), 0, False
-                for _ in range(repeats):
-                    if trace:
-                        _tm_start()
-                        _tm_reset()
-                    t0, w0 = _clock(), _wall()
-                    out = fn(*args)
-                    best, wall = min(best, _clock() - t0), min(wall, _wall() - w0)
-                    if trace:
-                        stopped = stopped or not _tm_tracing()
-                        peak = max(peak, _tm_peak()[1])
-                        _tm_stop()
+                if inside:
+                    import time
+                    import tracemalloc
+                    tracemalloc.start()
+                    t0, w0 = time.thread_time(), time.perf_counter()
+                out = fn(*args)             # timed and measured by the grader, from outside
                 e = Encoder()
-                reply = {"ok": True, "result": e.enc(out), "seconds": best, "wall": wall, "peak": peak,
-                         "trace_stopped": stopped}
+                reply = {"ok": True, "result": e.enc(out)}
+                if inside:
+                    reply.update(seconds=time.thread_time() - t0, wall=time.perf_counter() - w0,
+                                 peak=tracemalloc.get_traced_memory()[1])
+                    tracemalloc.stop()
                 if head.get("writeback"):
                     reply["args"] = e.enc(list(args))
                 send(wfd, reply, e.arrays)

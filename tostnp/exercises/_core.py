@@ -169,6 +169,58 @@ def forbid(*modules: str):
                         "(or autograd, where the point is to derive the gradient)")
 
 
+# --------------------------------------------------------------------------------------------
+# answers are real, finite numbers: one gate for every check, before any comparison
+# --------------------------------------------------------------------------------------------
+def real_numbers(value, what: str = "your function", _depth: int = 0):
+    """``value`` unchanged if every number in it is real and finite; :class:`Fail` with a hint
+    otherwise (NaN, inf, complex, object or text arrays). Walks tuples, lists and dicts (a
+    backward's ``(dx, grads)``); leaves alone what is not numbers (None, text, a figure, a
+    function, an array of another library, which its checker converts first)."""
+    if _depth > 8 or value is None or isinstance(value, (bool, str, bytes)):
+        return value
+    if isinstance(value, complex):
+        raise Fail(_complex_hint(what))
+    if isinstance(value, float):
+        if not math.isfinite(value):
+            raise Fail(f"{what}: the result is NaN or inf ({value}): {_NONFINITE}")
+        return value
+    if isinstance(value, (list, tuple)):
+        for v in value:
+            real_numbers(v, what, _depth + 1)
+        return value
+    if isinstance(value, dict):
+        for k, v in value.items():
+            real_numbers(v, f"{what} (its {k!r})", _depth + 1)
+        return value
+    if isinstance(value, XpResult):
+        real_numbers(value.host, what, _depth + 1)
+        return value
+    if not isinstance(value, (np.ndarray, np.generic)):
+        return value
+    kind = value.dtype.kind
+    if kind == "c":
+        raise Fail(_complex_hint(what))
+    if kind not in "biuf":
+        raise Fail(f"{what} returned an array of {value.dtype}, not numbers (a list of arrays of "
+                   "different shapes? text?): return a float64 array")
+    if kind == "f" and not np.all(np.isfinite(value)):
+        bad = np.argwhere(~np.isfinite(value))
+        at = f" (first at index {tuple(int(i) for i in bad[0])})" if value.ndim else ""
+        raise Fail(f"{what}: the result contains NaN or inf{at}: {_NONFINITE}")
+    return value
+
+
+_NONFINITE = ("a log of 0 or of a negative number, a division by a zero norm, an overflowing "
+              "exp or det?")
+
+
+def _complex_hint(what: str) -> str:
+    return (f"{what} returned complex numbers: the answer is real (np.linalg.eig instead of "
+            "eigh on a symmetric matrix? a square root of a negative number?); return a real "
+            "float64 array")
+
+
 def _shapes(args) -> str:
     return ", ".join(f"{tuple(a.shape)}" for a in args if hasattr(a, "shape"))
 
@@ -184,10 +236,10 @@ def call_student(fn, *args, forbidden=(), what="your function"):
         out = remote_call(args, what=what, writeback=True)["result"]
         if isinstance(out, Opaque):
             raise Fail(f"{what} returned {out.what}, not numbers")
-        return out
+        return real_numbers(out, what)
     try:
         with forbid(*forbidden):
-            return fn(*args)
+            out = fn(*args)
     except (Delegated, Fail):
         raise
     except NotImplementedError as e:
@@ -196,12 +248,15 @@ def call_student(fn, *args, forbidden=(), what="your function"):
         raise Fail(f"{what} raised AssertionError: {e}") from None
     except Exception as e:                  # a shape slip surfaces as ValueError/IndexError
         raise student_error(what, type(e).__name__, str(e), args) from None
+    return real_numbers(out, what)
 
 
 def answer_of(result, *, forbidden=(), what="your function"):
     """The student's answer to a question answered by a value or by a function returning it:
     ``result`` itself, or what calling it returns (:func:`call_student`)."""
-    return call_student(result, forbidden=forbidden, what=what) if callable(result) else result
+    if callable(result):
+        return call_student(result, forbidden=forbidden, what=what)
+    return real_numbers(result, what)
 
 
 def student_error(what: str, ename: str, message: str, args=()) -> AssertionError:
@@ -253,169 +308,47 @@ def measure(fn, *args, repeats: int = 1, trace_memory: bool = False, what="your 
         r = remote_call(args, what=what, repeats=repeats, trace_memory=trace_memory)
         if r.get("trace_stopped"):
             raise Fail(f"{what} stopped tracemalloc: the memory check cannot run")
-        return r["result"], float(r["seconds"]), int(r["peak"]), float(r["wall"])
+        out = real_numbers(r["result"], what)
+        return out, float(r["seconds"]), int(r["peak"]), float(r["wall"])
     import time
-    import tracemalloc
+    if trace_memory:
+        from ..bench.peaks import traced_peak_bytes
     best, wall, peak, out = math.inf, math.inf, 0, None
     clock = cpu_clock()
+
+    def once():
+        nonlocal out, best, wall
+        t0, w0 = clock(), time.perf_counter()
+        out = call_student(fn, *args, what=what)
+        best = min(best, clock() - t0)
+        wall = min(wall, time.perf_counter() - w0)
     for _ in range(max(1, repeats)):
         if trace_memory:
-            tracemalloc.start()
-            tracemalloc.reset_peak()
-        try:
-            t0, w0 = clock(), time.perf_counter()
-            out = call_student(fn, *args, what=what)
-            best = min(best, clock() - t0)
-            wall = min(wall, time.perf_counter() - w0)
-        finally:
-            if trace_memory:
-                peak = max(peak, tracemalloc.get_traced_memory()[1])
-                tracemalloc.stop()
+            peak = max(peak, traced_peak_bytes(once))
+        else:
+            once()
     return out, best, peak, wall
-
-
-# --------------------------------------------------------------------------------------------
-# hints computed from the error
-# --------------------------------------------------------------------------------------------
-_NAMED_RATIOS = [
-    (-1.0, "the sign is flipped"),
-    (2.0, "it is twice the reference: a factor 1/2 is missing"),
-    (0.5, "it is half the reference: an extra factor 1/2 (or a missing 2)"),
-    (-2.0, "the sign is flipped and a factor 1/2 is missing"),
-    (-0.5, "the sign is flipped and there is an extra factor 1/2"),
-    (1.0 / math.log(2.0), "it is 1/ln 2 times the reference: a logarithm in base 2? (use the "
-                          "natural log)"),
-    (1.0 / math.log(10.0), "it is 1/ln 10 times the reference: a logarithm in base 10? (use "
-                           "the natural log)"),
-]
-
-
-def _close(a: float, b: float, tol: float = 1e-6) -> bool:
-    return abs(a - b) <= tol * max(abs(a), abs(b), 1e-300)
-
-
-def ratio_hint(r: float, factors: dict | None = None) -> str | None:
-    """Name a constant factor r (got = r * reference) from known ratios and the case's sizes."""
-    for val, text in _NAMED_RATIOS:
-        if _close(r, val):
-            return text
-    for name, val in (factors or {}).items():
-        val = float(val)
-        if val in (0.0, 1.0, -1.0):
-            continue
-        for s, sign in ((1.0, ""), (-1.0, "the sign is flipped and ")):
-            if _close(r, s * val):
-                return f"{sign}it is {name} times the reference: a missing division by {name}?"
-            if _close(r, s / val):
-                return f"{sign}it is the reference divided by {name}: an extra division by {name}?"
-    return None
-
-
-# a gradient derived by hand agrees with autograd to ~1e-13 in float64; centred finite
-# differences cannot get below ~1e-10 (and far worse on the large-entry cases the derivation
-# checks add), so a derivation check with this tolerance rejects them
-DERIVED_RTOL = 1e-11
-_DERIVED_HINT = ("a gradient derived by hand agrees with autograd to about 1e-13 in float64; "
-                 "this is the accuracy of finite differences (or of float32): write the "
-                 "derivative out, in float64")
-
-
-def compare(got, want, what: str, *, rtol: float = 1e-8, factors: dict | None = None,
-            diagnoses=(), shape_desc: str = "", need_float64: bool = True,
-            floor: float = 1e-12, derived: bool = False) -> None:
-    """Raise :class:`Fail` with a hint unless ``got`` matches ``want`` (relative error < rtol,
-    relative to max(max |want|, floor)). ``diagnoses`` is a sequence of (hint, thunk): a thunk returns the
-    value a known mistake gives; if ``got`` matches it, that hint is used. ``derived``: a
-    derivation exercise, compared at :data:`DERIVED_RTOL` (finite differences do not pass)."""
-    if derived:
-        rtol = min(rtol, DERIVED_RTOL)
-    if got is None:
-        raise Fail(f"{what}: your function returned None (did you forget `return`?)")
-    want = np.asarray(want)
-    try:
-        g = np.asarray(got)
-    except Exception as e:                                    # ragged lists and the like
-        raise Fail(f"{what}: could not read the result as an array ({e})") from None
-    if g.dtype == object or not (np.issubdtype(g.dtype, np.number) or g.dtype == bool):
-        raise Fail(f"{what}: expected numbers, got an array of {g.dtype}")
-    if g.shape != want.shape:
-        desc = f" {shape_desc}" if shape_desc else ""
-        if g.size == want.size and g.shape == want.shape[::-1] and g.ndim >= 2:
-            raise Fail(f"{what}: shape {g.shape}, expected {want.shape}{desc}: transposed?")
-        if g.size == want.size and tuple(s for s in g.shape if s != 1) == \
-                tuple(s for s in want.shape if s != 1):
-            raise Fail(f"{what}: shape {g.shape}, expected {want.shape}{desc}: an extra or missing "
-                       "axis of length 1 (keepdims? a reshape?)")
-        if g.size == want.size and sorted(g.shape) == sorted(want.shape):
-            raise Fail(f"{what}: shape {g.shape}, expected {want.shape}{desc}: the axes are in "
-                       "the wrong order")
-        if want.ndim == 0 and g.ndim >= 1:
-            raise Fail(f"{what}: expected a single number, got an array of shape {g.shape} "
-                       "(a sum or a reduction is missing, or it is over the wrong axis)")
-        raise Fail(f"{what}: shape {g.shape}, expected {want.shape}{desc} (an axis summed or "
-                   "kept by mistake?)")
-    if need_float64 and np.issubdtype(g.dtype, np.floating) and g.dtype.itemsize < 8:
-        raise Fail(f"{what}: the result is {g.dtype}; compute in float64 (do not cast to "
-                   "float32: its 1e-7 precision cannot pass a 1e-8 check)")
-    g = g.astype(np.float64) if g.dtype != bool else g.astype(np.float64)
-    if not np.all(np.isfinite(g)):
-        bad = np.argwhere(~np.isfinite(g))
-        at = f" (first at index {tuple(int(i) for i in bad[0])})" if g.ndim else ""
-        raise Fail(f"{what}: the result contains NaN or inf{at}: a log of 0 or of a negative "
-                   "number, a division by a zero norm, an overflowing exp or det?")
-    scale = max(float(np.max(np.abs(want))) if want.size else 0.0, floor)
-    err = float(np.max(np.abs(g - want))) / scale if want.size else 0.0
-    if err <= rtol:
-        return
-    for hint, thunk in diagnoses:
-        try:
-            bad = np.asarray(thunk(), dtype=np.float64)
-        except Exception:
-            continue
-        if bad.shape == g.shape and np.max(np.abs(g - bad)) <= 1e-6 * scale:
-            raise Fail(f"{what}: {hint}")
-    if np.all(g == 0) and np.any(want != 0):
-        raise Fail(f"{what}: your result is all zeros (relative error {err:.1e})")
-    ww = float(np.sum(want * want))
-    if ww > 0:
-        # a constant factor is named only when the data supports it: for a single number any
-        # value is "a factor times" the reference, so only the factors a slip gives (1/2, ln 2,
-        # the case's sizes) are named; for an array, the result must be the reference times r
-        # entry by entry, and the reference must not be constant
-        r = float(np.sum(g * want)) / ww
-        resid = float(np.max(np.abs(g - r * want))) / scale
-        named = ratio_hint(r, factors) if resid <= 1e-6 else None
-        if named and not _close(r, 1.0, 1e-5):
-            raise Fail(f"{what}: {named}")
-        varied = want.size >= 2 and float(np.ptp(want)) > 1e-9 * scale
-        if varied and resid <= 1e-6 and abs(r) > 1e-9 and not _close(r, 1.0, 1e-5):
-            raise Fail(f"{what}: it is {r:.4g} times the reference, entry by entry: a constant "
-                       "factor is wrong")
-    if g.ndim >= 2 and g.shape[-1] == g.shape[-2]:
-        wT = np.swapaxes(want, -1, -2)
-        if np.max(np.abs(g - wT)) <= 1e-6 * scale:
-            raise Fail(f"{what}: it is the transpose of the reference (rows and columns swapped)")
-    if derived and err < 1e-3:
-        raise Fail(f"{what}: agrees only to a relative error of {err:.1e}: {_DERIVED_HINT}")
-    if 1e-9 < err < 1e-4:
-        raise Fail(f"{what}: agrees only to a relative error of {err:.1e}, the precision of "
-                   "float32 (or a wrong small constant such as a clamp); compute everything in "
-                   "float64 and check the small constants")
-    where = ""
-    if g.ndim >= 1:
-        idx = np.unravel_index(int(np.argmax(np.abs(g - want))), g.shape)
-        where = f", largest at index {tuple(int(i) for i in idx)}"
-    if g.size >= 3 and float(np.ptp(want)) > 0 and float(np.ptp(g)) > 0:
-        c = float(np.corrcoef(g.ravel(), want.ravel())[0, 1])
-        if abs(c) < 0.5:
-            where += (f"; your result is barely related to the reference (correlation {c:.2f}): "
-                      "not one slip but a different computation")
-    raise Fail(f"{what}: relative error {err:.1e}{where}")
 
 
 # --------------------------------------------------------------------------------------------
 # running an exercise: cases, partial credit, the pass line and the record
 # --------------------------------------------------------------------------------------------
+def hints_without_traceback() -> None:
+    """In a notebook (an IPython kernel), show a failed check as its hint alone: the traceback
+    through the checker's own code tells the student nothing (called when
+    :mod:`tostnp.exercises` is imported)."""
+    ipython = sys.modules.get("IPython")
+    shell = ipython.get_ipython() if ipython is not None else None
+    if shell is None:
+        return
+
+    def show(self, etype, value, tb, tb_offset=None):
+        stb = [f"{etype.__name__}: {value}"]
+        self._showtraceback(etype, value, stb)       # IPython leaves the showing to the handler
+        return stb
+    shell.set_custom_exc((Fail, Delegated, NotWritten, RuleBroken, Aborted), show)
+
+
 def hidden_enabled(hidden) -> bool:
     if hidden is None:
         return os.environ.get(HIDDEN_ENV, "") not in ("", "0")
@@ -436,6 +369,13 @@ def _record(name: str, score: float, points: float, passed: int, total: int, hin
         f.write(line + "\n")
 
 
+def say(line: str) -> None:
+    """A score line, printed in a notebook; the grading process (``exercises check`` and
+    ``grade``) prints one table of its records instead."""
+    if GRADING.sink is None:
+        print(line)
+
+
 def run_cases(name: str, cases, *, points: float = 1.0) -> float:
     """Run ``cases`` (a list of (label, thunk)); print the pass line or raise the first hint.
 
@@ -448,7 +388,7 @@ def run_cases(name: str, cases, *, points: float = 1.0) -> float:
             passed += 1
         except (Delegated, NotWritten, Aborted, RuleBroken) as e:
             _record(name, 0.0, points, 0, len(cases), str(e))
-            print(f"SCORE {name}: 0/{points:g}")
+            say(f"SCORE {name}: 0/{points:g}")
             raise type(e)(f"{name}: {e}") from None
         except Fail as e:
             if first is None:
@@ -456,9 +396,9 @@ def run_cases(name: str, cases, *, points: float = 1.0) -> float:
     score = points * passed / len(cases)
     _record(name, score, points, passed, len(cases), first or "")
     if first is not None:
-        print(f"SCORE {name}: {score:.2f}/{points:g} ({passed} of {len(cases)} cases pass)")
+        say(f"SCORE {name}: {score:.2f}/{points:g} ({passed} of {len(cases)} cases pass)")
         raise Fail(f"{name}, {first}")
-    print(f"PASS  {name}: all {len(cases)} cases ({points:g}/{points:g})")
+    say(f"PASS  {name}: all {len(cases)} cases ({points:g}/{points:g})")
     return score
 
 

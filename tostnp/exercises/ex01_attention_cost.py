@@ -7,7 +7,8 @@ import math
 import numpy as np
 
 from . import _reference as ref
-from ._core import Fail, answer_of, call_student, case, compare, measure, run_cases, run_specs
+from ._core import Fail, answer_of, call_student, case, measure, run_cases, run_specs
+from ._compare import compare
 from ._core import one_blas_thread
 from ._core import rng as _rng
 

@@ -6,7 +6,8 @@ from __future__ import annotations
 import numpy as np
 
 from . import _reference as ref
-from ._core import Fail, answer_of, call_student, case, compare, run_cases, run_specs
+from ._core import Fail, answer_of, call_student, case, run_cases, run_specs
+from ._compare import compare
 
 _FORBID = ("tostnp.math.objective", "tostnp.math.variational")
 

@@ -5,7 +5,8 @@ from __future__ import annotations
 import numpy as np
 
 from . import _reference as ref
-from ._core import call_student, compare, run_specs
+from ._core import call_student, run_specs
+from ._compare import compare
 from .ex04_variational import _FORBID, _HIDDEN, _SIZES, _problem, _size_label
 
 

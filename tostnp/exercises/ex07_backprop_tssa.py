@@ -8,7 +8,9 @@ import autograd.numpy as anp
 import numpy as np
 
 from . import _reference as ref
-from ._core import Fail, call_student, compare, run_specs
+from ..analysis.oracle import rel_err
+from ._core import Fail, call_student, run_specs, say
+from ._compare import compare
 from .ex06_tssa_layer import _FORBID_AD, _HIDDEN, _SHAPES, _inputs, _shape_label
 
 
@@ -120,8 +122,10 @@ def check_token_norm_backward(fn, hidden=None):
                      label=lambda B, N, C, h: f"(B, N, C, h) = {(B, N, C, h)}")
 
 
-def _rel(a, b):
-    return float(np.max(np.abs(a - b)) / max(1e-12, float(np.max(np.abs(a) + np.abs(b)))))
+def _rel(got, want):
+    """rel_err of a student's array against the reference (inf where the shapes differ)."""
+    got = np.asarray(got, dtype=float)
+    return rel_err(got, want) if got.shape == np.shape(want) else float("inf")
 
 
 def check_tssa_backward(fn, hidden=None, verbose=True):
@@ -145,10 +149,10 @@ def check_tssa_backward(fn, hidden=None, verbose=True):
             raise Fail(f"grads has key(s) {extra} that params does not have")
         label = f"(B, N, C, h) = {(B, N, C, h)}{' ' + kind if kind else ''}"
         if verbose:
-            errs = [f"dx {_rel(np.asarray(dx, dtype=float), dx_ref):.1e}"] + \
-                   [f"{k} {_rel(np.asarray(grads[k], dtype=float), g_ref[k]):.1e}"
+            errs = [f"dx {_rel(dx, dx_ref):.1e}"] + \
+                   [f"{k} {_rel(grads[k], g_ref[k]):.1e}"
                     for k in sorted(params) if np.shape(grads[k]) == g_ref[k].shape]
-            print(f"  {label}: relative error vs autograd: " + ", ".join(errs))
+            say(f"  {label}: relative error vs autograd: " + ", ".join(errs))
         # in backward order: the first wrong gradient is the one nearest to the bug
         for k in ("b_o", "W_o", "temp", "b_u", "W_u"):
             if k in params:
@@ -168,9 +172,9 @@ def check_tssa_backward(fn, hidden=None, verbose=True):
             P = {kk: vv.copy() for kk, vv in params.items()}
             num = ref.numerical_gradient(
                 lambda v: float(np.sum(dy * ref.tssa_forward(x, dict(P, **{k: v}), 2)[0])), P[k])
-            err = _rel(np.asarray(grads[k], dtype=float), num)
+            err = _rel(grads[k], num)
             if verbose:
-                print(f"  finite differences, grads[{k!r}]: relative error {err:.1e}")
+                say(f"  finite differences, grads[{k!r}]: relative error {err:.1e}")
             if err > 1e-6:
                 raise Fail(f"grads[{k!r}] disagrees with centred finite differences (relative "
                            f"error {err:.1e})")

@@ -68,8 +68,20 @@ def check_cells(nb) -> list:
 
 
 def checks_in(source: str) -> list[str]:
-    """Names of the exercises a cell's source checks (its ``check_<name>(`` calls)."""
-    return [m.group(1) for m in _CHECK_CALL.finditer(source)]
+    """Names of the exercises a cell's source checks: its calls ``check_<name>(...)``, read as
+    code (a comment or a string naming a check is not a call). A cell Python cannot parse (an
+    IPython magic, a slip) is read without its comments."""
+    import ast
+    try:
+        tree = ast.parse("\n".join(ln for ln in source.splitlines()
+                                   if not ln.lstrip().startswith(("%", "!"))))
+    except SyntaxError:
+        code = "\n".join(ln.split("#", 1)[0] for ln in source.splitlines())
+        return [m.group(1) for m in _CHECK_CALL.finditer(code)]
+    calls = sorted((n.lineno, n.col_offset, n.func.id) for n in ast.walk(tree)
+                   if isinstance(n, ast.Call) and isinstance(n.func, ast.Name)
+                   and n.func.id.startswith("check_"))
+    return [name[len("check_"):] for _, _, name in calls]
 
 
 def exercises_of(nb) -> list[str]:

@@ -67,11 +67,10 @@ def train_digits(cfg, data, s: dict, seed: int):
 def peak_step_bytes(task, params) -> int:
     """tracemalloc high-water mark of one forward+backward on a training batch (bytes above
     what was allocated before: activations, cache, gradients; not the parameters), measured
-    the way ``python -m tostnp bench`` measures memory."""
-    from ..bench.measure import _Device
-
+    the way ``python -m tostnp bench`` measures memory on CPU."""
+    from ..bench.peaks import traced_peak_bytes
     batch = task.next_batch()
-    return _Device("cpu").peak_bytes(lambda: task.loss_and_grads(params, batch))
+    return traced_peak_bytes(lambda: task.loss_and_grads(params, batch))
 
 
 def _loadavg() -> float | None:

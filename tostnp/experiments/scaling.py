@@ -15,10 +15,10 @@ softmax attention in O(N) memory, still O(N^2) time.
 from __future__ import annotations
 
 import time
-import tracemalloc
 
 import numpy as np
 
+from ..bench.peaks import traced_peak_bytes
 from .common import fmt, savefig
 from ..nn.mixers import MIXERS
 
@@ -53,18 +53,6 @@ def _setup(mixer, s, N, seed):
     X = backend.from_host(xp, g.standard_normal((s["batch"], N, 16)), dtype=xp.float32)
     y = xp.asarray(g.integers(0, 2, s["batch"]))
     return lambda: seqcls_loss_and_grads(params, X, y, cfg)
-
-
-def _peak(step) -> int:
-    tracemalloc.start()
-    try:
-        base = tracemalloc.get_traced_memory()[0]
-        out = step()
-        peak = tracemalloc.get_traced_memory()[1] - base
-        del out
-    finally:
-        tracemalloc.stop()
-    return int(peak)
 
 
 def fit_limit(points, quadratic, limit_bytes):
@@ -106,7 +94,7 @@ def run(rec, s, seeds):
                 step = _setup(mixer, s, N, seed)
                 if not peak:
                     step()                                          # warm-up
-                    peak["bytes"] = _peak(step)
+                    peak["bytes"] = traced_peak_bytes(step)
                 t0, c0 = time.perf_counter(), time.process_time()
                 step()
                 return {"step_s": time.perf_counter() - t0, "cpu_s": time.process_time() - c0,

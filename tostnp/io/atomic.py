@@ -84,6 +84,8 @@ def _writer_gone(pid: int | None) -> bool:
         return True
     if pid == os.getpid():
         return True                      # ours, and not in _active: a failed earlier write
+    if os.name != "posix":               # Windows: os.kill(pid, 0) would END that process;
+        return False                     # another writer's temporary is kept, never removed
     try:
         os.kill(pid, 0)
     except ProcessLookupError:

@@ -24,6 +24,8 @@ from .. import backend
 from ..backend.validate import check_array, check_positive, check_ids_range
 from ..backend.validate import check_param, check_params
 from .params import mlp_spec
+# the training loss has a file of its own; its names stay here too (L.softmax_cross_entropy_*)
+from .loss import softmax_cross_entropy_forward, softmax_cross_entropy_backward
 
 # The one default LayerNorm eps of tostnp.nn (PyTorch's); the model configs set their own
 # (VisionConfig.ln_eps = 1e-6 as in XCiT/ToST vision, LMConfig.ln_eps = 1e-5).
@@ -355,67 +357,6 @@ def embedding_backward(dout, cache):
     xp = backend.namespace(dout)
     d2 = xp.reshape(dout, (-1, dout.shape[-1]))                    # (B*T, C)
     return None, {"W": backend.scatter_add(flat, d2, V)}
-
-
-# ---------------------------------------------------------------------------------------------
-# softmax cross-entropy
-# ---------------------------------------------------------------------------------------------
-def softmax_cross_entropy_forward(logits, targets, ignore_index=None):
-    """Mean over non-ignored tokens of -log softmax(logits)[target].
-
-    logits: (..., V) floating; targets: (...) integer in [0, V) (or == ignore_index)
-    -> loss: 0-d array of logits' dtype. The log-softmax subtracts the row max (stable).
-    Raises ValueError if every target is ignored or a target is outside [0, V).
-    """
-    xp = check_array(logits, "logits", min_ndim=1, shape_desc="(..., V)")
-    check_array(targets, "targets", shape_desc="(...)", floating=False)
-    if not xp.isdtype(targets.dtype, "integral"):
-        raise TypeError(f"targets must be an integer array, got dtype {targets.dtype}")
-    if tuple(targets.shape) != tuple(logits.shape[:-1]):
-        raise ValueError(f"targets must have shape logits.shape[:-1] = {tuple(logits.shape[:-1])}, "
-                         f"got shape {tuple(targets.shape)}")
-    V = logits.shape[-1]
-    dev = backend.device_of(logits)
-    z = xp.reshape(logits, (-1, V))                                # (M, V)
-    t = xp.astype(xp.reshape(targets, (-1,)), xp.int64)            # (M,)
-    M = t.shape[0]
-    if ignore_index is None:
-        valid = xp.ones((M,), dtype=xp.bool, device=dev)
-    else:
-        valid = t != int(ignore_index)                             # (M,)
-    count = int(xp.sum(xp.astype(valid, xp.int64))) if M > 0 else 0
-    if count == 0:
-        raise ValueError("softmax_cross_entropy: every target is ignored (or there are none); "
-                         "the mean loss is undefined")
-    if bool(xp.any(valid & ((t < 0) | (t >= V)))):
-        raise ValueError(f"targets must lie in [0, V) = [0, {V})"
-                         + ("" if ignore_index is None else f" or equal ignore_index={ignore_index}"))
-    t = xp.where(valid, t, xp.zeros_like(t))                       # (M,) safe index
-    zmax = xp.max(z, axis=-1, keepdims=True)                       # (M, 1)
-    logp = z - zmax                                                # (M, V)
-    logp -= xp.log(xp.sum(xp.exp(logp), axis=-1, keepdims=True))  # log-softmax
-    picked = xp.take(xp.reshape(logp, (-1,)), xp.arange(M, device=dev) * V + t)   # (M,)
-    w = xp.astype(valid, logits.dtype) * (1.0 / count)             # (M,) weight per token
-    loss = -xp.sum(picked * w)                                     # ()
-    return loss, (logp, t, w, tuple(logits.shape))
-
-
-def softmax_cross_entropy_backward(dloss, cache):
-    """dloss: scalar (0-d array or number) -> dlogits (..., V), {}.
-
-    dlogits = (softmax(logits) - onehot(target)) * valid / count * dloss.
-    """
-    logp, t, w, shape = cache
-    xp = backend.namespace(logp)
-    fast = backend.fused(xp)
-    if fast is not None:                         # NumPy: two passes, no (M, V) mask
-        return fast.softmax_cross_entropy_backward(logp, t, w, dloss).reshape(shape), {}
-    V = logp.shape[-1]
-    p = xp.exp(logp)                                               # (M, V) softmax
-    hit = xp.reshape(t, (-1, 1)) == xp.reshape(xp.arange(V, device=backend.device_of(logp)), (1, -1))
-    g = xp.where(hit, p - 1.0, p)                                  # (M, V)
-    g = g * (xp.reshape(w, (-1, 1)) * dloss)
-    return xp.reshape(g, shape), {}
 
 
 # ---------------------------------------------------------------------------------------------

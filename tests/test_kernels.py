@@ -2,7 +2,8 @@
 
 The plain path is itself checked against autograd in test_layers.py / test_optim.py; here every
 fast kernel must reproduce it to rounding, in float64 (tight) and float32 (a few ulps of the
-result), and the fast path must never be chosen for array_api_strict arrays.
+result), and the fast path must never be chosen for array_api_strict arrays. Last, the kernels'
+threads: ``on_threads`` keeps order and waits for every thunk.
 """
 from __future__ import annotations
 
@@ -14,7 +15,7 @@ import pytest
 from tostnp import backend
 from tostnp.nn import layers as L
 from tostnp.train.optim import AdamW
-from tostnp.backend import tuning
+from tostnp.backend import kernels, tuning
 from references import rel_err as rel
 
 TOL = {np.float64: 1e-12, np.float32: 2e-5}
@@ -379,3 +380,23 @@ def test_adamw_groups_only_for_models_up_to_the_limit(monkeypatch):
         each.step(g)
     for k in shapes:
         assert np.array_equal(flat.params[k], each.params[k])
+
+
+# ---------------------------------------------------------------------------------------------
+# running thunks on the kernels' threads
+# ---------------------------------------------------------------------------------------------
+def test_on_threads_keeps_order_and_waits_for_every_thunk():
+    import time
+    done = []
+
+    def slow():
+        time.sleep(0.05)
+        done.append("slow")
+        return 2
+
+    def fail():
+        raise KeyError("first")
+    assert kernels.on_threads([lambda: 1, slow, lambda: 3]) == [1, 2, 3]
+    with pytest.raises(KeyError, match="first"):
+        kernels.on_threads([fail, slow])
+    assert done == ["slow", "slow"]                       # it waited for the other thunk
