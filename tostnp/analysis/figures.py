@@ -146,8 +146,9 @@ def memberships_figure(images_host, Pi_host, grid: int, title: str = ""):
     _caption(fig, "one test image per row. In the head columns, the brighter a patch, the more "
                   "of it that head claims (Π is a softmax over the heads, so the heads share "
                   "each patch). The last column colours each patch by the head with the largest "
-                  "share (legend), the white line outlining the image. Heads that claim different parts of the image have specialised; "
-                  "with few patches per image (digits: a 4x4 grid) the split can only be coarse.",
+                  "share (legend), the white line outlining the image. Heads that claim "
+                  "different parts of the image have specialised; with few patches per image "
+                  "(digits: a 4x4 grid) the split can only be coarse.",
              width=int(17 * (1.7 * (h + 2) + 1.6)))
     return fig
 
