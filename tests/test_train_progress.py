@@ -28,10 +28,11 @@ def _seconds(text: str) -> int:
 @pytest.mark.slow
 def test_piped_training_prints_timed_progress_lines(tmp_path):
     out = tmp_path / "run"
-    cmd = [sys.executable, "-m", "tostnp", "train", "vision", "--steps", "60", "--width", "8",
-           "--depth", "1", "--heads", "2", "--eval-every", "0", "--progress-seconds", "0.3",
+    cmd = [sys.executable, "-m", "tostnp", "train", "vision", "--steps", "200", "--width", "8",
+           "--depth", "1", "--heads", "2", "--eval-every", "0", "--progress-seconds", "0.05",
            "--out", str(out)]
     env = {**os.environ, "PYTHONPATH": str(ROOT), "MPLBACKEND": "Agg"}
+    t0 = time.monotonic()
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                             env=env, cwd=tmp_path)
     arrived = []                                   # (time, line, the run still going?)
@@ -39,17 +40,19 @@ def test_piped_training_prints_timed_progress_lines(tmp_path):
         arrived.append((time.monotonic(), line.rstrip("\n"), proc.poll() is None))
     err = proc.stderr.read()
     assert proc.wait(timeout=600) == 0, err[-2000:]
+    wall = time.monotonic() - t0
     progress = [(t, LINE.match(ln), going) for t, ln, going in arrived if LINE.match(ln)]
     assert len(progress) >= 2, [ln for _, ln, _ in arrived]
     # the lines say what the run did: steps rising, total 60, the percentage of the step, the
-    # loss of that step's batch as metrics.jsonl has it where the step was logged
+    # loss of that step's batch as metrics.jsonl has it where the step was logged (200 steps:
+    # about 40 lines on an idle machine, more spread out under load)
     logged = {r["step"]: r["loss"] for r in map(json.loads, open(out / "metrics.jsonl"))
               if r["kind"] == "train"}
     steps = [int(m.group(1)) for _, m, _ in progress]
-    assert steps == sorted(set(steps)) and all(0 < s < 60 for s in steps)
+    assert steps == sorted(set(steps)) and all(0 < s < 200 for s in steps)
     for _, m, _ in progress:
         step, total, pct, loss = int(m.group(1)), int(m.group(2)), int(m.group(3)), m.group(4)
-        assert total == 60 and pct == round(100 * step / 60)
+        assert total == 200 and pct == round(100 * step / 200)
         if step in logged:
             assert float(loss) == pytest.approx(logged[step], abs=5e-5)
         elapsed, left = _seconds(m.group(5)), _seconds(m.group(6))
@@ -61,9 +64,8 @@ def test_piped_training_prints_timed_progress_lines(tmp_path):
     assert progress[0][2], "the first progress line arrived only when the run had ended"
     first = next(i for i, (_, ln, _) in enumerate(arrived) if LINE.match(ln))
     assert any("parameters" in ln for _, ln, _ in arrived[:first])
-    # at least the interval apart (0.3 s; the reader's clock, with a little slack)
-    gaps = [b[0] - a[0] for a, b in zip(progress, progress[1:])]
-    assert min(gaps) > 0.2, gaps
+    # timed, not one per step: at most one line per 0.05 s of the whole run
+    assert len(progress) <= wall / 0.05 + 1, (len(progress), wall)
     assert any(ln.startswith("test accuracy") for _, ln, _ in arrived[first:])
 
 
