@@ -45,7 +45,8 @@ from ..nn import tssa as T
 from ..nn.params import sub
 from ..math.variational import variational_compression
 
-__all__ = ["layer_statistics", "vision_figures", "plot_memberships", "plot_compression"]
+__all__ = ["layer_statistics", "vision_figures", "plot_memberships", "plot_compression",
+           "memberships_figure", "compression_figure"]
 
 
 def layer_statistics(params: dict, cfg, images) -> list:
@@ -85,48 +86,82 @@ def layer_statistics(params: dict, cfg, images) -> list:
     return out
 
 
-def plot_memberships(images_host, Pi_host, grid: int, path: str, title: str = "") -> str:
-    """images_host (n, H, W, Cin) in [0, 1]; Pi_host (n, h, N) with N = grid^2 -> PNG path."""
+def _pyplot():
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+    return plt
+
+
+def _caption(fig, text: str, width: int) -> None:
+    """How to read the figure, in small type under it (inside the PNG, laid out with it)."""
+    import textwrap
+    fig.supxlabel("\n".join(textwrap.wrap("How to read: " + text, width)), fontsize=7,
+                  ha="left", x=0.01, linespacing=1.3)
+
+
+def memberships_figure(images_host, Pi_host, grid: int, title: str = ""):
+    """The figure of :func:`plot_memberships` (a matplotlib Figure; the caller closes it)."""
+    plt = _pyplot()
+    from matplotlib.colors import ListedColormap
+    from matplotlib.patches import Patch
     n, h = Pi_host.shape[0], Pi_host.shape[1]
-    fig, axes = plt.subplots(n, h + 2, figsize=(1.7 * (h + 2), 1.8 * n + 0.6), squeeze=False)
+    heads = ListedColormap([plt.get_cmap("tab10" if h <= 10 else "tab20")(k % 20)
+                            for k in range(h)], name="heads")       # one colour per head
+    fig, axes = plt.subplots(n, h + 2, figsize=(1.7 * (h + 2) + 1.6, 1.8 * n + 1.5),
+                             squeeze=False, layout="constrained")
     for i in range(n):
         img = images_host[i]
         shown = img[..., 0] if img.shape[-1] == 1 else img
+        cmap = "gray" if img.shape[-1] == 1 else None
         Hh, Ww = shown.shape[:2]
         ext = (-0.5, Ww - 0.5, Hh - 0.5, -0.5)
-        axes[i, 0].imshow(shown, cmap="gray" if img.shape[-1] == 1 else None)
+        axes[i, 0].imshow(shown, cmap=cmap)
         for k in range(h):
             a = axes[i, k + 1]
-            a.imshow(shown, cmap="gray" if img.shape[-1] == 1 else None)
-            a.imshow(Pi_host[i, k].reshape(grid, grid), cmap="magma", alpha=0.6, vmin=0,
-                     vmax=1, extent=ext, interpolation="nearest")
+            a.imshow(shown, cmap=cmap)
+            pi_image = a.imshow(Pi_host[i, k].reshape(grid, grid), cmap="magma", alpha=0.6,
+                                vmin=0, vmax=1, extent=ext, interpolation="nearest")
             if i == 0:
                 a.set_title(f"head {k}: Π_{k}", fontsize=9)
         seg = Pi_host[i].argmax(axis=0).reshape(grid, grid)
-        axes[i, h + 1].imshow(shown, cmap="gray" if img.shape[-1] == 1 else None)
-        axes[i, h + 1].imshow(seg, cmap="tab10", alpha=0.55, vmin=0, vmax=9, extent=ext,
+        # solid colours (exactly one per head, as in the legend), the image as an outline
+        axes[i, h + 1].imshow(seg, cmap=heads, vmin=-0.5, vmax=h - 0.5, extent=ext,
                               interpolation="nearest")
+        gray = shown if shown.ndim == 2 else shown.mean(axis=-1)
+        if gray.max() > gray.min():
+            axes[i, h + 1].contour(gray, levels=[(gray.min() + gray.max()) / 2], colors="white",
+                                   linewidths=1.0)
         if i == 0:
             axes[i, 0].set_title("input", fontsize=9)
             axes[i, h + 1].set_title("argmax head", fontsize=9)
     for a in axes.ravel():
         a.set_xticks([]); a.set_yticks([])
+    fig.colorbar(pi_image, ax=axes[:, 1:h + 1], shrink=0.8, location="bottom", aspect=40,
+                 label="membership Π_k of a patch (over the heads, a patch's Π sum to 1)")
+    axes[0, h + 1].legend(handles=[Patch(color=heads(k), label=f"head {k}") for k in range(h)],
+                          title="argmax", fontsize=7, title_fontsize=7, loc="upper left",
+                          bbox_to_anchor=(1.02, 1.0), borderaxespad=0.0)
     fig.suptitle(title or "TSSA memberships Π (last block) on the patch grid", fontsize=10)
-    fig.tight_layout()
-    atomic_savefig(fig, path, dpi=110)
-    plt.close(fig)
-    return path
+    _caption(fig, "one test image per row. In the head columns, the brighter a patch, the more "
+                  "of it that head claims (Π is a softmax over the heads, so the heads share "
+                  "each patch). The last column colours each patch by the head with the largest "
+                  "share (legend), the white line outlining the image. Heads that claim "
+                  "different parts of the image have specialised; with few patches per image "
+                  "(digits: a 4x4 grid) the split can only be coarse.",
+             width=int(17 * (1.7 * (h + 2) + 1.6)))
+    return fig
 
 
-def plot_compression(curves: dict, path: str, title: str = "") -> str:
-    """curves: {label: (R_in (depth,), R_out (depth,))} host arrays -> PNG path."""
-    import matplotlib
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-    fig, ax = plt.subplots(figsize=(5.6, 3.8))
+def plot_memberships(images_host, Pi_host, grid: int, path: str, title: str = "") -> str:
+    """images_host (n, H, W, Cin) in [0, 1]; Pi_host (n, h, N) with N = grid^2 -> PNG path."""
+    return _save(memberships_figure(images_host, Pi_host, grid, title), path)
+
+
+def compression_figure(curves: dict, title: str = ""):
+    """The figure of :func:`plot_compression` (a matplotlib Figure; the caller closes it)."""
+    plt = _pyplot()
+    fig, ax = plt.subplots(figsize=(5.8, 4.8), layout="constrained")
     for (label, (r_in, r_out)), color in zip(curves.items(), ("C0", "C1", "C2", "C3")):
         layers = np.arange(1, len(r_in) + 1)
         ls = "-" if "trained" in label else "--"
@@ -139,9 +174,26 @@ def plot_compression(curves: dict, path: str, title: str = "") -> str:
     ax.set_title(title or "R^var_c before/after each layer's TSSA update\n"
                  "(each layer in its own coordinates: compare within a layer, not across)",
                  fontsize=9)
-    fig.tight_layout()
-    atomic_savefig(fig, path, dpi=110)
-    plt.close(fig)
+    _caption(fig, "within one layer, a triangle (after the layer's TSSA update) below its "
+                  "circle (the layer's input) means the update lowered R^var_c, the objective "
+                  "the TSSA step descends; that is the layer doing what it was derived to do. "
+                  "Solid: the trained model; dashed: the same model at initialisation. A trained "
+                  "model need not lower it in every layer (its weights are trained for the "
+                  "loss), and values are not comparable across layers.", width=100)
+    return fig
+
+
+def plot_compression(curves: dict, path: str, title: str = "") -> str:
+    """curves: {label: (R_in (depth,), R_out (depth,))} host arrays -> PNG path."""
+    return _save(compression_figure(curves, title), path)
+
+
+def _save(fig, path: str) -> str:
+    plt = _pyplot()
+    try:
+        atomic_savefig(fig, path, dpi=110)
+    finally:
+        plt.close(fig)
     return path
 
 

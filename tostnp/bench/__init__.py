@@ -4,7 +4,7 @@
 
 * forward and forward+backward wall time and peak memory of the TSSA layer (non-causal and
   causal), softmax attention (non-causal) and linear attention (tostnp's own, elu + 1), for N
-  from 256 to 16384; sizes whose estimated memory exceeds ``--max-mem-gb`` are skipped and
+  from 256 to 16384; sizes whose estimated memory exceeds ``--max-memory-gb`` are skipped and
   recorded as skipped (softmax attention keeps a (B, h, N, N) matrix: 25 GB at N = 16384);
 * the reference matmuls measured in the same run at every N: the TSSA layer's two C x C
   projections (forward: x @ W_u and a @ W_o) and the six matmuls of their forward and backward

@@ -241,7 +241,7 @@ def run_benchmark(s: dict, progress: bool = True) -> dict:
             if est > budget:
                 layers[name][str(N)] = {
                     "skipped": f"estimated memory {est / 2**30:.1f} GB > {budget / 2**30:.1f} "
-                               f"GB (--max-mem-gb, or the memory available)",
+                               f"GB (--max-memory-gb, or the memory available)",
                     "est_bytes": est}
                 continue
             if name in ("tssa", "tssa_causal"):

@@ -17,7 +17,7 @@ from ..bench import (DEFAULT_SIZES, DEFAULT_CONTEXTS, run_benchmark, evaluate_ta
                      format_report, write_plots)
 from ..io.atomic import atomic_write_text
 from ..backend.budget import check_memory
-from .options import bounded, SEED, THREADS, how_to_run
+from .options import bounded, SEED, THREADS, how_to_run, add_old_spelling
 
 __all__ = ["add_arguments", "run"]
 
@@ -52,9 +52,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                    help="timed rounds, the median is reported [5; --quick: 1]")
     r.add_argument("--warmup", type=bounded(int, 0, 1000), default=1,
                    help="untimed rounds first [1]")
-    r.add_argument("--max-mem-gb", type=bounded(float, 0.0, 1e6, open_lo=True), default=8.0,
-                   help="skip a layer at a size whose estimated memory exceeds this, or the "
-                        "memory available if that is less [8]")
+    mem = r.add_argument("--max-memory-gb", dest="max_mem_gb", metavar="MAX_MEMORY_GB",
+                         type=bounded(float, 0.0, 1e6, open_lo=True), default=8.0,
+                         help="memory (GB) a layer may plan to use: a size whose estimated "
+                              "memory exceeds it, or the memory available if that is less, is "
+                              "skipped [8]")
+    add_old_spelling(r, "--max-mem-gb", mem)
     r.add_argument("--no-train", action="store_true",
                    help="skip the training-throughput section")
     r.add_argument("--seed", type=SEED, default=0, help="[0]")
@@ -195,7 +198,7 @@ def _command(s, args) -> str:
     parts.append("--contexts " + " ".join(map(str, s["contexts"])))
     parts.append(f"--decode-steps {s['decode_steps']} --repeats {s['repeats']} "
                  f"--warmup {s['warmup']} --dtype {s['dtype']} --device {s['device']} "
-                 f"--max-mem-gb {s['max_mem_gb']:g} --seed {s['seed']}")
+                 f"--max-memory-gb {s['max_mem_gb']:g} --seed {s['seed']}")
     if not s["train"]:
         parts.append("--no-train")
     if args.default_malloc:

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import os
 
-from .options import bounded
+from .options import bounded, add_old_spelling
 from ..experiments import EXPERIMENTS
 
 # Written under runs/ (ignored by git); the committed results in docs/experiments are replaced
@@ -36,9 +36,12 @@ def add_arguments(parser) -> None:
     parser.add_argument("--out", default=DEFAULT_OUT, help=f"output directory [{DEFAULT_OUT}]")
     parser.add_argument("--seeds", default="0-2",
                         help="seeds to average over, e.g. 0-4 or 0,3,7 [0-2]")
-    parser.add_argument("--blas-threads", type=bounded(int, 0, 1024), default=1,
-                        help="BLAS threads [1]: the models are small and a shared machine "
-                             "slows extra threads down; 0 = BLAS default")
+    threads = parser.add_argument("--threads", dest="blas_threads",
+                                  type=bounded(int, 0, 1024), default=1,
+                                  help="CPU threads for BLAS [1]: the models are small and a "
+                                       "shared machine slows extra threads down; 0 = BLAS "
+                                       "default")
+    add_old_spelling(parser, "--blas-threads", threads)
 
 
 def run(args) -> int:

@@ -63,6 +63,15 @@ SEED = bounded(int, 0, 2 ** 32 - 1)
 THREADS = bounded(int, 1, 1024)
 
 
+def add_old_spelling(parser, old: str, action) -> None:
+    """``old``: a former spelling of the option ``action`` (what ``add_argument`` returned),
+    still accepted and hidden from ``--help``, so every option has one spelling in the help of
+    every command (checked in tests/test_option_spelling.py)."""
+    parser.add_argument(old, dest=action.dest, type=action.type, nargs=action.nargs,
+                        metavar=action.metavar, default=argparse.SUPPRESS,
+                        help=argparse.SUPPRESS)
+
+
 def add_memory_argument(parser) -> None:
     """``--max-memory-gb``: the memory budget sizes are checked against (see
     :mod:`tostnp.io.limits`); ``main`` applies it around the command."""
@@ -71,6 +80,35 @@ def add_memory_argument(parser) -> None:
                         help="memory (GB) tostnp may plan to use; sizes that need more are "
                              "refused before anything is allocated [what the system reports "
                              "available]")
+
+
+def add_which_argument(parser) -> None:
+    """``--which best|last``: which checkpoint of a run directory (see :func:`run_checkpoint`)."""
+    parser.add_argument("--which", choices=["best", "last"], default=None,
+                        help="with a run directory: best.npz (the evaluation with the lowest "
+                             "validation loss) or checkpoint.npz (the last) [best; the last "
+                             "when the run kept none]")
+
+
+def run_checkpoint(path: str, which: str | None) -> str:
+    """The checkpoint ``--checkpoint PATH --which WHICH`` names: in a run directory its best
+    checkpoint (``which`` None or "best"; None falls back to the last when the run kept no best:
+    no validation set, or stopped before its first evaluation) or its last ("last"); any other
+    path as given."""
+    if not os.path.isdir(path):
+        if which is not None:
+            raise ValueError(f"--which picks a checkpoint of a run directory; {path!r} is not "
+                             f"one (give the directory, or leave --which out)")
+        return path
+    best, last = os.path.join(path, "best"), os.path.join(path, "checkpoint")
+    if which == "last":
+        return last
+    if os.path.isfile(best + ".npz"):
+        return best
+    if which == "best":
+        raise FileNotFoundError(f"no best checkpoint in {path} (kept when the run evaluates on "
+                                f"a validation set); --which last reads the last")
+    return last
 
 
 def check_run_has_data(kind: str, config: dict, path: str) -> None:

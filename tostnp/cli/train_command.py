@@ -8,8 +8,9 @@ Examples::
     python -m tostnp train lm                              # default corpus: Python's docs
     python -m tostnp train vision --out runs/digits --resume   # continue a stopped run
 
-Every run directory gets metrics.jsonl, curves.png and checkpoint.{npz,json}; a vision run also
-gets the interpretability figures (memberships.png, compression.png). ``--resume`` takes the
+Every run directory gets metrics.jsonl, curves.png, checkpoint.{npz,json} (the last) and
+best.{npz,json} (the lowest validation loss; what ``evaluate`` reads by default); a vision run
+also gets the interpretability figures (memberships.png, compression.png). ``--resume`` takes the
 model and training settings from the checkpoint and continues bit-identically (at the same
 ``--threads``: a batch large enough runs in one shard per thread, :mod:`tostnp.train.shards`);
 an option given with it that differs from the checkpoint is refused (those of where and how the
@@ -39,8 +40,9 @@ from .train_vision import run_vision
 from .train_lm import run_lm
 
 # The files of a run directory: what --overwrite replaces and what makes a directory "a run".
-RUN_FILES = ("checkpoint.npz", "checkpoint.json", "metrics.jsonl", "result.json", "curves.png",
-             "memberships.png", "compression.png", "compression.json")
+RUN_FILES = ("checkpoint.npz", "checkpoint.json", "best.npz", "best.json", "metrics.jsonl",
+             "result.json", "curves.png", "memberships.png", "compression.png",
+             "compression.json")
 _RUNS = {"vision": run_vision, "lm": run_lm}
 
 

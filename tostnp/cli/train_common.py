@@ -9,7 +9,8 @@ import time
 from .. import backend
 from ..train.defaults import given
 
-__all__ = ["given", "options_of", "check_fits", "say", "train_and_report", "finish"]
+__all__ = ["given", "options_of", "check_fits", "say", "train_and_report", "say_best",
+           "finish"]
 
 
 def options_of(args, cls, **replaced) -> dict:
@@ -28,14 +29,15 @@ def check_fits(kind, cfg, tcfg, args) -> None:
 
 def say(args, text) -> None:
     if not getattr(args, "quiet", False):
-        print(text)
+        print(text, flush=True)     # at once, also when the output is a pipe
 
 
 def train_and_report(args, task, tcfg, describe, data_line):
     """Say what is trained (``describe(params0)`` of the initial parameters, and
     ``data_line``), then run the training loop from those parameters -> (the last evaluation
     record, or None when the run stopped early; the trained parameters; the process CPU time
-    (all its threads) and the wall time of training); says how to continue a stopped run."""
+    (all its threads) and the wall time of training; the evaluation record of the best
+    checkpoint, or None); says how to continue a stopped run."""
     from ..train.loop import train
     params0 = task.init_params(backend.RNG(tcfg.seed))     # printed, then trained from
     say(args, describe(params0))
@@ -45,8 +47,10 @@ def train_and_report(args, task, tcfg, describe, data_line):
         say(args, f"each batch runs in {n} shards, one per CPU thread (--threads; another "
                    f"count changes the float rounding)")
     c0, t0 = time.process_time(), time.perf_counter()
+    from ..train.defaults import PROGRESS_SECONDS
     res = train(task, tcfg, args.out, resume=args.resume, progress=not args.no_progress,
-                init_params=params0)
+                init_params=params0, progress_seconds=given(args.progress_seconds,
+                                                            PROGRESS_SECONDS))
     cpu, wall = time.process_time() - c0, time.perf_counter() - t0
     final = [r for r in res["metrics"] if r["kind"] == "eval" and r["step"] == tcfg.steps]
     if res["step"] == tcfg.steps:
@@ -57,11 +61,24 @@ def train_and_report(args, task, tcfg, describe, data_line):
             say(args, f"no final evaluation in {args.out}/metrics.jsonl: evaluating the "
                        f"checkpoint of step {tcfg.steps} now")
             final = [{"step": tcfg.steps, "kind": "eval", **task.evaluate(res["params"])}]
-        return final[-1], res["params"], cpu, wall
+        return final[-1], res["params"], cpu, wall, res["best"]
     from .options import how_to_run
     print(f"stopped at step {res['step']} of {tcfg.steps} after {wall:.1f} s; resume with: "
           + how_to_run("train", args.model, "--out", args.out, "--resume"))
-    return None, res["params"], cpu, wall
+    return None, res["params"], cpu, wall, res["best"]
+
+
+def say_best(args, best, steps, figures: str) -> None:
+    """Say which checkpoint ``evaluate`` reads by default (best.npz, the lowest validation loss)
+    and its ``figures``; the figures above it are the last checkpoint's."""
+    from .options import how_to_run
+    last = how_to_run("evaluate", "--checkpoint", args.out, "--which", "last")
+    if best["step"] == steps:
+        say(args, f"best checkpoint (lowest validation loss): the last, step {steps}; "
+                  f"'evaluate' reports the figures above")
+    else:
+        say(args, f"best checkpoint (lowest validation loss): step {best['step']} of {steps}, "
+                  f"{figures}; 'evaluate' reports these (best.npz), '{last}' the figures above")
 
 
 def finish(args, kind, seed, result) -> None:

@@ -6,7 +6,8 @@ import os
 from ..models import configs as C
 from ..models.configs import DEFAULT_PRESET
 from ..train.defaults import TrainConfig, LMData, default_train_config, default_data_config
-from .train_common import given, options_of, check_fits, say, train_and_report, finish
+from .train_common import (given, options_of, check_fits, say, train_and_report, say_best,
+                           finish)
 from .train_resume import load_resume_config, checkpoint_field
 from .train_parse import MAX_EVAL_BATCHES
 
@@ -57,7 +58,8 @@ def run_lm(args, xp):
             f"{tok.to_dict()['type']}, {tok.vocab_size} symbols; unigram baseline "
             f"{task.unigram['bits']:.3f} bits/char; {tcfg.steps} steps of "
             f"{tcfg.batch_size} x {cfg.block_size} tokens")
-    e, params, cpu, wall = train_and_report(args, task, tcfg, lambda p: describe(cfg, p), text)
+    e, params, cpu, wall, best = train_and_report(args, task, tcfg, lambda p: describe(cfg, p),
+                                                  text)
     if e is None:
         return 0, None
     result = {"val_loss": e["val_loss"], "val_bpc": e["val_bpc"], "steps": tcfg.steps,
@@ -65,6 +67,10 @@ def run_lm(args, xp):
     say(args, f"validation loss {e['val_loss']:.4f} nats/token = {e['val_bpc']:.3f} bits/char "
                f"(unigram baseline {task.unigram['bits']:.3f} bits/char); "
                f"training {cpu:.1f} s CPU time, {wall:.1f} s wall time")
+    if best is not None:
+        result["best"] = {k: best[k] for k in ("step", "val_loss", "val_bpc")}
+        say_best(args, best, tcfg.steps, f"validation loss {best['val_loss']:.4f} nats/token = "
+                                         f"{best['val_bpc']:.3f} bits/char")
     n_wr = dc.word_rate_samples
     if n_wr > 0:
         wr = lm_word_rate(params, cfg, tok, tok.decode(train_ids), seeds=range(n_wr))

@@ -16,7 +16,9 @@ from ..train.defaults import (MAX_STEPS, MAX_BATCH, MAX_RATE, TrainConfig, Visio
                               VisionTrainPreset, default_data_config)
 from ..models.configs import (SIZE_LIMITS, DEFAULT_PRESET, VisionConfig, LMConfig, option,
                               option_fields)
-from .options import add_device_argument, add_memory_argument, bounded, SEED, THREADS
+from ..train.defaults import PROGRESS_SECONDS, EVALUATIONS
+from .options import (add_device_argument, add_memory_argument, add_old_spelling, bounded, SEED,
+                      THREADS)
 
 __all__ = ["add_arguments", "RunOptions", "OPTION_CLASSES"]
 
@@ -32,6 +34,7 @@ class RunOptions:
     device: str = option(resume="apply")
     threads: int | None = option(resume="apply")
     no_progress: bool = option(resume="apply")
+    progress_seconds: float = option(resume="apply")
     max_memory_gb: float | None = option(resume="apply")
     seeds: str | None = option(resume="apply")
     resume: bool = option(resume="apply")
@@ -151,7 +154,8 @@ def _add_common(p, kind) -> None:
                    help="run once per seed, e.g. 0-4 or 0,2,7: each run in --out/seed-S, then "
                         "mean ± sd over the seeds (printed and written to --out/seeds.json)")
     p.add_argument("--eval-every", type=bounded(int, 0, MAX_STEPS), default=None,
-                   help="evaluate every N updates [preset]")
+                   help="evaluate every N updates (0 = only at the end) "
+                        f"[steps / {EVALUATIONS[kind]}]")
     p.add_argument("--checkpoint-every", type=bounded(int, 0, MAX_STEPS), default=None,
                    help="checkpoint every N updates, and always at the end and on Ctrl-C "
                         "(0 = only then) [every 5%% of the run]")
@@ -170,10 +174,17 @@ def _add_common(p, kind) -> None:
                    help="replace the run already in --out (its checkpoint, metrics, result and "
                         "figures); without it (or --resume) a directory holding a run is "
                         "refused")
-    p.add_argument("--no-progress", action="store_true", help="no progress bar")
-    p.add_argument("--threads", "--blas-threads", dest="threads", type=THREADS, default=None,
-                   help="CPU threads [all cores]: BLAS's, the fast path's, and the shards of "
-                        "a batch large enough (one per thread; another count changes the float "
-                        "rounding, so a resumed run repeats exactly at the same count); "
-                        "--blas-threads is the old name")
+    p.add_argument("--no-progress", action="store_true",
+                   help="no progress bar or progress lines")
+    p.add_argument("--progress-seconds", type=bounded(float, 0.0, 86400.0), default=None,
+                   metavar="S",
+                   help="when the output is not a terminal (a pipe, a log file): a line with "
+                        "the step, loss, time elapsed and time left every S seconds "
+                        f"[{PROGRESS_SECONDS:g}]")
+    threads = p.add_argument(
+        "--threads", type=THREADS, default=None,
+        help="CPU threads [all cores]: BLAS's, the fast path's, and the shards of a batch large "
+             "enough (one per thread; another count changes the float rounding, so a resumed "
+             "run repeats exactly at the same count)")
+    add_old_spelling(p, "--blas-threads", threads)
     add_memory_argument(p)

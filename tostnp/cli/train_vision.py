@@ -6,7 +6,8 @@ import os
 from ..models import configs as C
 from ..models.configs import DEFAULT_PRESET
 from ..train.defaults import TrainConfig, VisionData, default_train_config, default_data_config
-from .train_common import given, options_of, check_fits, say, train_and_report, finish
+from .train_common import (given, options_of, check_fits, say, train_and_report, say_best,
+                           finish)
 from .train_resume import load_resume_config, checkpoint_field
 
 __all__ = ["run_vision"]
@@ -49,7 +50,7 @@ def run_vision(args, xp):
                       xp=xp, data_name=data_name, val=val,
                       extra_meta={"data_dir": data_dir, "val_fraction": val_fraction})
     n_val = 0 if val is None else len(val[1])
-    e, params, cpu, wall = train_and_report(
+    e, params, cpu, wall, best = train_and_report(
         args, task, tcfg, lambda p: describe(cfg, p),
         f"data: {data_name}, {len(data[0])} train / {n_val} validation (held out of the "
         f"training images) / {len(data[2])} test images; {tcfg.steps} steps of batch "
@@ -63,11 +64,27 @@ def run_vision(args, xp):
         say(args, f"validation accuracy: {result['val_acc']:.4f} ({n_val} images)")
     say(args, f"test accuracy: {result['test_acc']:.4f} (test loss {result['test_loss']:.4f}, "
                f"{len(data[2])} images); training {cpu:.1f} s CPU time, {wall:.1f} s wall time")
+    if best is not None:
+        result["best"] = _best_figures(args, task, best, result, xp)
+        b = result["best"]
+        say_best(args, best, tcfg.steps, f"validation accuracy {b['val_acc']:.4f}, test accuracy "
+                                         f"{b['test_acc']:.4f} (test loss {b['test_loss']:.4f})")
     finish(args, "vision", tcfg.seed, result)
     if cfg.mixer == "tssa":                # the figures read TSSA's memberships
         from ..analysis.figures import vision_figures
         paths = vision_figures(os.path.join(args.out, "checkpoint"), args.out, xp=xp)
         say(args, "figures: " + ", ".join(paths))
-    say(args, f"run directory: {args.out} (checkpoint.npz + .json, metrics.jsonl, result.json, "
-               f"curves.png)")
+    say(args, f"run directory: {args.out} (checkpoint.npz + .json, best.npz + .json, "
+               f"metrics.jsonl, result.json, curves.png)")
     return 0, result
+
+
+def _best_figures(args, task, best, result, xp) -> dict:
+    """The best checkpoint's validation figures (from training) and its test figures, from the
+    file as ``evaluate`` reads it."""
+    figures = {k: best[k] for k in ("step", "val_loss", "val_acc")}
+    if best["step"] == result["steps"]:                 # the last: measured above
+        return {**figures, "test_loss": result["test_loss"], "test_acc": result["test_acc"]}
+    from ..io import load_model
+    _, _, params, _ = load_model(os.path.join(args.out, "best"), xp=xp)
+    return {**figures, **task.evaluate_test(params)}

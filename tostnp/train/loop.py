@@ -9,7 +9,15 @@ A *task* (see :mod:`tostnp.train.tasks`) knows the model and the data; this loop
 (:func:`update_step`, the one home of an update: ``bench --train`` and the benchmarks call it),
 plus periodic evaluation (``task.evaluate(params)``), metrics as JSON lines in
 ``<out>/metrics.jsonl``, a loss/accuracy plot ``<out>/curves.png`` and checkpoints
-``<out>/checkpoint.npz`` + ``<out>/checkpoint.json`` (see :mod:`tostnp.io.checkpoint`).
+``<out>/checkpoint.npz`` + ``<out>/checkpoint.json`` (see :mod:`tostnp.io.checkpoint`), the last
+one, and ``<out>/best.npz`` + ``best.json``: the parameters at the evaluation with the lowest
+validation loss so far (written the same way; kept only when the task evaluates on a validation
+set, ``val_loss``: never chosen on the test set). The best holds the parameters and the configs,
+not the optimizer state: ``--resume`` always continues from the last.
+
+Progress: a tqdm bar on a terminal; when the output is not a terminal (a pipe, a log file), a
+line every ``progress_seconds`` (15 s by default) with the step, the loss, the time elapsed and
+an estimate of the time left.
 
 Determinism: every random draw (initialisation, data order, augmentation) comes from seeded
 :class:`tostnp.backend.RNG` objects; the checkpoint stores the parameters, the AdamW moments and
@@ -38,21 +46,20 @@ from __future__ import annotations
 import json
 import math
 import os
-import stat
 import signal
-import threading
+import sys
 import time
-import warnings
 from dataclasses import asdict
 
 from .. import backend
 from ..io import checkpoint as ckpt
 from ..io.atomic import atomic_write_text, clean_stale_temporaries
-from ..backend.budget import check_memory
-from ..io.limits import loads_json
 from ..io.runlock import run_lock
 from .optim import AdamW, lr_schedule, clip_grad_norm, default_no_decay
 from .defaults import TrainConfig   # its home: the training defaults; imported from here too
+from .defaults import PROGRESS_SECONDS
+from .records import read_metrics, MetricsFile, ProgressLines   # noqa: F401  (read_metrics: its API)
+from .signals import SignalFlag
 from ..nn.params import sub, prefixed
 
 __all__ = ["TrainConfig", "train", "make_optimizer", "update_step", "read_metrics",
@@ -79,62 +86,6 @@ class TrainingDiverged(FloatingPointError):
 
 class TrainingIOError(OSError):
     """Writing the run directory failed (disk full, read-only, ...); earlier checkpoints are intact."""
-
-
-def read_metrics(path: str) -> list:
-    """The records of a metrics.jsonl file (a list of dicts).
-
-    A torn last line (a run killed, or a disk that filled up, in the middle of a write) is
-    dropped with a warning; a bad line anywhere else (not JSON, nested too deep, over 1 MB)
-    raises ValueError naming the line.
-    """
-    if not stat.S_ISREG(os.stat(path).st_mode):      # a FIFO would block, /dev/zero never end
-        raise ValueError(f"{path} is not a regular file")
-    check_memory(2 * os.path.getsize(path), f"reading {path}")
-    with open(path, "rb") as f:
-        lines = f.read().split(b"\n")
-    records = []
-    last = max((i for i, ln in enumerate(lines) if ln.strip()), default=-1)
-    for i, ln in enumerate(lines):
-        if not ln.strip():
-            continue
-        try:
-            rec = loads_json(ln, "the line", max_bytes=1 << 20)
-            if not isinstance(rec, dict) or not isinstance(rec.get("step"), int):
-                raise ValueError("not a record with an integer 'step'")
-        except (UnicodeDecodeError, ValueError) as e:
-            if i == last:
-                warnings.warn(f"{path}: dropped a torn last line ({len(ln)} bytes): {e}",
-                              RuntimeWarning, stacklevel=2)
-                break
-            raise ValueError(f"{path}, line {i + 1}: not a metrics record ({e})") from None
-        records.append(rec)
-    return records
-
-
-class _MetricsFile:
-    """Append-only metrics.jsonl: each record is ONE ``os.write`` of a whole line (O_APPEND)."""
-
-    def __init__(self, path):
-        flags = (os.O_WRONLY | os.O_APPEND | os.O_CREAT | getattr(os, "O_NONBLOCK", 0)
-                 | getattr(os, "O_NOFOLLOW", 0))            # never through a link, never wait
-        if os.path.islink(path):
-            raise ValueError(f"{path} is a link; tostnp appends only to a file of its own")
-        self.fd = os.open(path, flags, 0o644)
-        if not stat.S_ISREG(os.fstat(self.fd).st_mode):
-            os.close(self.fd)
-            raise ValueError(f"{path} is not a regular file")
-        if getattr(os, "O_NONBLOCK", 0):
-            os.set_blocking(self.fd, True)
-
-    def write(self, rec: dict) -> None:
-        data = (json.dumps(rec) + "\n").encode("utf-8")
-        n = os.write(self.fd, data)
-        if n != len(data):  # a short write (disk full): the line is torn, say so
-            raise OSError(28, f"short write to metrics.jsonl ({n} of {len(data)} bytes)")
-
-    def close(self):
-        os.close(self.fd)
 
 
 def _all_finite(params) -> bool:
@@ -180,10 +131,14 @@ def _float(x) -> float:
 
 
 def train(task, tcfg: TrainConfig, out_dir: str, *, resume: bool = False,
-          progress: bool = True, plot: bool = True, init_params: dict | None = None) -> dict:
-    """Train ``task``'s model; returns {"params", "metrics" (list of records), "step"}.
+          progress: bool = True, plot: bool = True, init_params: dict | None = None,
+          progress_seconds: float = PROGRESS_SECONDS) -> dict:
+    """Train ``task``'s model; returns {"params", "metrics" (list of records), "step", "best"
+    (the evaluation record of best.npz, None when no best was kept)}.
 
-    out_dir receives metrics.jsonl, checkpoint.npz (+ its readable .json) and curves.png. With
+    out_dir receives metrics.jsonl, checkpoint.npz (+ its readable .json), best.npz (+ .json)
+    when the task has a validation set, and curves.png. ``progress``: a bar on a terminal, else
+    a line every ``progress_seconds`` (see the module docstring). With
     ``resume``, the run continues from ``out_dir/checkpoint.npz`` (same task and config
     expected). ``init_params``: the result of ``task.init_params(backend.RNG(tcfg.seed))`` when
     the caller already made it (it is used as given; default: made here). Raises
@@ -198,11 +153,13 @@ def train(task, tcfg: TrainConfig, out_dir: str, *, resume: bool = False,
         raise TrainingIOError(e.errno, f"cannot create the run directory {out_dir!r}: "
                                        f"{e.strerror or e}") from None
     with run_lock(out_dir, "train"):          # one writer per run directory
-        return _train(task, tcfg, out_dir, resume, progress, plot, init_params)
+        return _train(task, tcfg, out_dir, resume, progress, plot, init_params,
+                      progress_seconds)
 
 
-def _train(task, tcfg, out_dir, resume, progress, plot, init_params) -> dict:
+def _train(task, tcfg, out_dir, resume, progress, plot, init_params, progress_seconds) -> dict:
     ckpt_path = os.path.join(out_dir, "checkpoint")                     # prefix: .npz + .json
+    best_path = os.path.join(out_dir, "best")                           # the lowest val_loss
     metrics_path = os.path.join(out_dir, "metrics.jsonl")
     xp, device, dtype = task.xp, task.device, task.dtype
     clean_stale_temporaries(out_dir)        # left by a run killed while saving
@@ -235,16 +192,19 @@ def _train(task, tcfg, out_dir, resume, progress, plot, init_params) -> dict:
 
     stop = tcfg.steps if tcfg.stop_at is None else min(tcfg.stop_at, tcfg.steps)
     every = tcfg.checkpoint_interval
-    bar = None
+    bar = lines = None
     if progress:
         from tqdm import tqdm   # not tqdm.auto: it warns on stderr in a notebook without ipywidgets
-        # disable=None: a bar on a terminal, nothing when the output is piped to a file
+        # disable=None: a bar on a terminal; when the output is not one, timed lines instead
         bar = tqdm(total=stop, initial=start, desc="train", dynamic_ncols=True, disable=None,
                    mininterval=0.5)
+        if bar.disable:
+            lines = ProgressLines(start, stop, progress_seconds)
+    best = _best_record(records)
     t0 = time.perf_counter()
     saved = start if resume else None                                   # step of the last checkpoint
-    mf = _write_or_fail(lambda: _MetricsFile(metrics_path), "metrics.jsonl")
-    stop_signal = _SignalFlag()
+    mf = _write_or_fail(lambda: MetricsFile(metrics_path), "metrics.jsonl")
+    stop_signal = SignalFlag()
     try:
         def log(rec):
             records.append(rec)
@@ -277,8 +237,13 @@ def _train(task, tcfg, out_dir, resume, progress, plot, init_params) -> dict:
                     ev = stop_signal.during(lambda: task.evaluate(params))  # None: interrupted
                     if ev is not None:
                         log({"step": n, "kind": "eval", **ev})
+                        if _better(ev, best) and _all_finite(params):
+                            save_best(best_path, task, params, n, tcfg, ev)
+                            best = {"step": n, **ev}
                     if bar is not None and ev is not None:
-                        bar.write(f"step {n}: " + ", ".join(f"{k} {v:.4f}" for k, v in ev.items()))
+                        bar.write(f"step {n}: " + ", ".join(f"{k} {v:.4f}" for k, v in ev.items())
+                                  + (" (best so far)" if best and best["step"] == n else ""))
+                        sys.stdout.flush()      # a pipe buffers: show it now
                 if (every and n % every == 0) or n == stop or stop_signal.signum:
                     if _all_finite(params):  # never replace a good checkpoint by NaN weights
                         save(ckpt_path, task, params, opt, n, tcfg)
@@ -288,6 +253,8 @@ def _train(task, tcfg, out_dir, resume, progress, plot, init_params) -> dict:
             if bar is not None:
                 bar.set_postfix(loss=f"{loss_f:.4f}", lr=f"{lr:.2e}")
                 bar.update(1)
+            if lines is not None:
+                lines.tick(n, loss_f)
             if stop_signal.signum and (n < stop or stop_signal.cut_short):
                 raise TrainingInterrupted(n, stop_signal.signum, out_dir)
     finally:
@@ -301,52 +268,22 @@ def _train(task, tcfg, out_dir, resume, progress, plot, init_params) -> dict:
             plot_metrics(records, os.path.join(out_dir, "curves.png"), title=task.title)
         except OSError as e:
             raise _io_error(e, stop, saved, out_dir) from None
-    return {"params": params, "metrics": records, "step": stop, "start": start}
+    return {"params": params, "metrics": records, "step": stop, "start": start, "best": best}
 
 
-class _CutShort(Exception):
-    """Raised by the signal handler inside :meth:`_SignalFlag.during`."""
+def _best_record(records) -> dict | None:
+    """The evaluation record with the lowest validation loss (None: no validation yet)."""
+    evals = [r for r in records if r.get("kind") == "eval" and "val_loss" in r]
+    if not evals:
+        return None
+    r = min(evals, key=lambda r: r["val_loss"])
+    return {k: v for k, v in r.items() if k != "kind"}
 
 
-class _SignalFlag:
-    """SIGINT/SIGTERM set a flag checked after each update; a second signal stops at once."""
-
-    def __init__(self):
-        self.signum = 0
-        self.old = {}
-        self.interruptible = False       # inside :meth:`during`: a signal ends the work at once
-        self.cut_short = False           # a signal ended such work
-        if threading.current_thread() is not threading.main_thread():
-            return  # signal handlers can only be installed from the main thread
-        for sig in (signal.SIGINT, signal.SIGTERM):
-            self.old[sig] = signal.signal(sig, self._handle)
-
-    def _handle(self, signum, frame):
-        if self.signum:  # second signal: stop now (the last checkpoint is still complete)
-            raise KeyboardInterrupt
-        self.signum = signum
-        if self.interruptible:
-            raise _CutShort
-
-    def during(self, work):
-        """``work()``, unless a signal arrives meanwhile: then None at once (an evaluation
-        need not finish before the checkpoint is saved and the run stops)."""
-        if self.signum:
-            self.cut_short = True
-            return None
-        self.interruptible = True
-        try:
-            return work()
-        except _CutShort:
-            self.cut_short = True
-            return None
-        finally:
-            self.interruptible = False
-
-    def restore(self):
-        for sig, h in self.old.items():
-            signal.signal(sig, h)
-        self.old = {}
+def _better(ev: dict, best: dict | None) -> bool:
+    """Is this evaluation a new best? Only a validation loss counts (never the test set's)."""
+    v = ev.get("val_loss")
+    return v is not None and math.isfinite(v) and (best is None or v < best["val_loss"])
 
 
 def _eval_due(n: int, tcfg) -> bool:
@@ -413,11 +350,22 @@ def update_step(opt, grads, loss, step: int, tcfg, explain=None):
     return loss_f, gnorm, lr
 
 
+def _config(task, tcfg) -> dict:
+    return {"task": task.kind, "model": asdict(task.cfg), "train": asdict(tcfg), **task.meta()}
+
+
 def save(path, task, params, opt, step, tcfg) -> None:
     """Checkpoint: parameters, optimizer state, step, the task's data/RNG state, the configs."""
-    config = {"task": task.kind, "model": asdict(task.cfg), "train": asdict(tcfg), **task.meta()}
+    config = _config(task, tcfg)
     od = opt.state_dict()
     data_json, data_arrays = task.data_state()
     extra = {**prefixed(od["arrays"], "opt"), **prefixed(data_arrays, "data")}
     ckpt.save_checkpoint(path, params, config, extra_arrays=extra,
                          state={"step": step, "opt_step": od["step"], "data_state": data_json})
+
+
+def save_best(path, task, params, step, tcfg, ev) -> None:
+    """The best checkpoint: the parameters and configs (no optimizer or data state: it is for
+    ``evaluate``, ``sample`` and ``convert``, never resumed), with the step and its evaluation."""
+    ckpt.save_checkpoint(path, params, _config(task, tcfg),
+                         state={"step": step, "best_by": "val_loss", "eval": ev})
