@@ -345,7 +345,7 @@ def _embedding_forward(ids, W):
     xp = backend.namespace(ids)
     V, C = W.shape
     flat = xp.reshape(ids, (-1,))                                  # (B*T,)
-    out = xp.take(W, flat, axis=0)                                 # (B*T, C)
+    out = xp.take(W, backend.indices(flat), axis=0)               # (B*T, C)
     return xp.reshape(out, tuple(ids.shape) + (C,)), (flat, V)
 
 
@@ -394,7 +394,8 @@ def softmax_cross_entropy_forward(logits, targets, ignore_index=None):
     zmax = xp.max(z, axis=-1, keepdims=True)                       # (M, 1)
     logp = z - zmax                                                # (M, V)
     logp -= xp.log(xp.sum(xp.exp(logp), axis=-1, keepdims=True))  # log-softmax
-    picked = xp.take(xp.reshape(logp, (-1,)), xp.arange(M, device=dev) * V + t)   # (M,)
+    at = backend.indices(xp.arange(M, device=dev) * V + t)        # (M,) flat positions
+    picked = xp.take(xp.reshape(logp, (-1,)), at)                  # (M,)
     w = xp.astype(valid, logits.dtype) * (1.0 / count)             # (M,) weight per token
     loss = -xp.sum(picked * w)                                     # ()
     return loss, (logp, t, w, tuple(logits.shape))
