@@ -38,7 +38,7 @@ py.globals.set("SITE_WHEELS", py.toPy(urls));
 await py.runPythonAsync("import micropip\nawait micropip.install(SITE_WHEELS, deps=False)");
 const installed = performance.now();
 py.globals.set("SPEC", JSON.stringify(spec));
-const out = py.runPython(spec.driver);
+const out = await py.runPythonAsync(spec.driver);
 const result = JSON.parse(out);
 result.seconds = {
   boot: (started - t0) / 1000,

@@ -175,17 +175,21 @@ def build_runtime(cache: Path, packages, out: Path) -> dict:
 # --------------------------------------------------------------------------------------------
 # run: one spec per notebook, executed by .ci/pyodide-node.mjs in a fresh Pyodide
 # --------------------------------------------------------------------------------------------
-# Python run inside Pyodide (SPEC is set by the Node driver); returns a JSON string.
+# Python run inside Pyodide (SPEC is set by the Node driver); its value is a JSON string. As the
+# JupyterLite kernel does, each cell first loads the Pyodide packages its imports name
+# (pyodide_js.loadPackagesFromImports: a cell may `import scipy` without a %pip line).
 DRIVER = r'''
-import contextlib, io, json, os, sys, time, traceback
+import contextlib, io, json, os, platform, sys, time, traceback
+import pyodide_js
 spec = json.loads(SPEC)
 os.environ["MPLBACKEND"] = "Agg"          # no DOM under Node: matplotlib draws off-screen
 
-def run(src, g, label):
+async def run(src, g, label):
     buf = io.StringIO()
     t0 = time.perf_counter()
     err = None
     try:
+        await pyodide_js.loadPackagesFromImports(src)
         with contextlib.redirect_stdout(buf):
             exec(compile(src, label, "exec"), g)
     except BaseException as e:            # noqa: BLE001 -- reported, the host decides
@@ -194,22 +198,31 @@ def run(src, g, label):
                "trace": "".join(traceback.format_exception(e))[-3000:]}
     return {"seconds": time.perf_counter() - t0, "out": buf.getvalue()[-4000:], "error": err}
 
-import numpy, platform
-result = {"python": platform.python_version(), "numpy": numpy.__version__,
-          "platform": sys.platform, "maxsize": sys.maxsize, "cells": [], "mutants": []}
-g = {"__name__": "__main__"}
-for i, src in enumerate(spec["cells"]):
-    result["cells"].append(run(src, g, f"<cell {i}>"))
-for m in spec["mutants"]:
-    ns = {"__name__": "__main__"}
-    r = run(spec["prelude"], ns, "<solutions>")
-    if r["error"] is None:
-        r = run(m["source"], ns, f"<bug {m['label']}>")
-    if r["error"] is None:
-        r = run(m["check"], ns, f"<check {m['exercise']}>")
-    result["mutants"].append(r)
-json.dumps(result)
+async def main():
+    import numpy
+    result = {"python": platform.python_version(), "numpy": numpy.__version__,
+              "maxsize": sys.maxsize, "cells": [], "mutants": []}
+    g = {"__name__": "__main__"}
+    for i, src in enumerate(spec["cells"]):
+        result["cells"].append(await run(src, g, f"<cell {i}>"))
+    for m in spec["mutants"]:
+        ns = {"__name__": "__main__"}
+        r = await run(spec["prelude"], ns, "<solutions>")
+        if r["error"] is None:
+            r = await run(m["source"], ns, f"<bug {m['label']}>")
+        if r["error"] is None:
+            r = await run(m["check"], ns, f"<check {m['exercise']}>")
+        result["mutants"].append(r)
+    return json.dumps(result)
+
+await main()
 '''
+# Planted bugs whose check fails in Pyodide with another hint than on CPython, and why.
+OTHER_HINT = {
+    # Pyodide's NumPy has no optimized BLAS: attention at N = 8..128 already grows like N^2 there,
+    # so the check's own timing is in its band and it catches the made-up seconds instead
+    ("attention_scaling", "linear-looking data (overhead-dominated sizes)"): "not made-up ones",
+}
 
 
 def notebook_spec(path: Path, wheels: dict[str, Path], mutants: dict, with_mutants: bool) -> dict:
@@ -243,9 +256,10 @@ def notebook_spec(path: Path, wheels: dict[str, Path], mutants: dict, with_mutan
             "driver": DRIVER}
 
 
-def judge(spec: dict, result: dict) -> list[str]:
-    """What went wrong in one notebook's run (empty: it passed)."""
-    bad = []
+def judge(spec: dict, result: dict) -> tuple[list[str], int]:
+    """What went wrong in one notebook's run (empty: it passed), and how many planted bugs
+    were caught with their OTHER_HINT."""
+    bad, other = [], 0
     for i, c in enumerate(result["cells"]):
         if c["error"]:
             e = c["error"]
@@ -259,11 +273,15 @@ def judge(spec: dict, result: dict) -> list[str]:
         if e is None:
             bad.append(f"bug {m['exercise']} / {m['label']!r}: the check passed it")
         elif not e["assertion"] or m["hint"] not in e["message"]:
-            bad.append(f"bug {m['exercise']} / {m['label']!r}: expected an AssertionError "
-                       f"with {m['hint']!r}, got {e['type']}: {e['message'][:300]}")
+            hint = OTHER_HINT.get((m["exercise"], m["label"]))
+            if e["assertion"] and hint and hint in e["message"]:
+                other += 1
+            else:
+                bad.append(f"bug {m['exercise']} / {m['label']!r}: expected an AssertionError "
+                           f"with {m['hint']!r}, got {e['type']}: {e['message'][:300]}")
     if len(result["mutants"]) != len(spec["mutants"]):
         bad.append(f"{len(result['mutants'])} of {len(spec['mutants'])} planted bugs ran")
-    return bad
+    return bad, other
 
 
 def run_one(spec: dict, runtime: Path, work: Path, timeout: int) -> tuple[dict | None, str, float]:
@@ -318,12 +336,13 @@ def run(site: Path, only: list[str], jobs: int, mutant_notebooks: list[str] | No
                 print(f"pyodide: {spec['name']}: FAIL (no result)\n{log}", flush=True)
                 continue
             versions = versions or (result["python"], result["numpy"], result["maxsize"])
-            bad = judge(spec, result)
+            bad, other = judge(spec, result)
             cells_s = sum(c["seconds"] for c in result["cells"])
             bugs_s = sum(m["seconds"] for m in result["mutants"])
             print(f"pyodide: {spec['name']}: {'ok' if not bad else 'FAIL'}: "
                   f"{len(spec['checks'])} checks PASS in {cells_s:.1f} s, "
                   f"{len(spec['mutants'])} planted bugs caught in {bugs_s:.1f} s "
+                  + (f"({other} with another hint, OTHER_HINT) " if other else "") +
                   f"({wall:.1f} s with start-up; packages: {', '.join(spec['packages'])})",
                   flush=True)
             if bad:
