@@ -35,6 +35,7 @@ import argparse
 import hashlib
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -118,9 +119,9 @@ def runtime_files(tarball: bytes) -> dict[str, bytes]:
 
 def closure(lock: dict, names) -> list[str]:
     """The lock's packages named, with everything they depend on (sorted)."""
-    todo, seen = [n.lower() for n in names], set()
+    todo, seen = list(names), set()
     while todo:
-        n = todo.pop()
+        n = re.sub(r"[-_.]+", "-", todo.pop()).lower()         # the lock's keys: PEP 503 names
         if n in seen:
             continue
         if n not in lock["packages"]:
