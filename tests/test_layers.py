@@ -193,6 +193,27 @@ def test_cross_entropy_stable_and_array_dloss():
     assert np.allclose(d, [[1.0, -1.0], [0.0, 0.0]], atol=1e-12)
 
 
+@pytest.mark.parametrize("dtype", ["int64", "int32", "int16", "uint8"])
+def test_take_indices_in_the_indexing_dtype(dtype):
+    # xp.take's indices go in the namespace's indexing dtype (NumPy: np.intp, 32-bit under
+    # Pyodide, where take refuses int64 indices: .ci/pyodide.py runs that platform)
+    i = np.array([3, 0, 2], dtype=dtype)
+    got = backend.indices(i)
+    assert got.dtype == np.intp and got.tolist() == [3, 0, 2]
+    if i.dtype == np.intp:
+        assert got is i
+    s = xps.asarray(i)
+    want = xps.__array_namespace_info__().default_dtypes()["indexing"]
+    assert backend.indices(s).dtype == want
+    r = rng(8)
+    logits = r.standard_normal((2, 3, 5))
+    targets = np.array([[4, 0, 2], [1, 1, 3]], dtype=dtype)
+    loss, _ = L.softmax_cross_entropy_forward(logits, targets)
+    assert rel_err(loss, ref_cross_entropy(logits, targets.astype(np.int64), None)) < TOL
+    W = r.standard_normal((5, 2))
+    assert np.array_equal(L.embedding_forward(targets, W)[0], W[targets.astype(np.int64)])
+
+
 def test_cross_entropy_bad_targets():
     z = np.zeros((2, 3, 4))
     with pytest.raises(ValueError, match="ignored"):

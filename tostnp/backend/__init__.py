@@ -20,7 +20,7 @@ keeps freed arrays in the process instead of handing them back to the operating 
 training step reuses warm memory rather than faulting in fresh pages).
 
 Modules: :mod:`.openblas` (how long OpenBLAS's idle threads spin), :mod:`.arrays` (namespaces,
-devices, host transfers, scatter-add), :mod:`.rng`
+devices, host transfers, index arrays, scatter-add), :mod:`.rng`
 (seeded draws), :mod:`.special` (erf), :mod:`.runtime` (fast-path switch, threads, allocator),
 :mod:`.kernels` (the NumPy fast kernels), :mod:`.tuning` (every piece and block size, with how it
 was chosen), :mod:`.validate` (argument checks for entry points).
@@ -29,14 +29,14 @@ from __future__ import annotations
 
 from . import openblas  # noqa: F401  (first: sets OpenBLAS's spin before NumPy loads it)
 from .arrays import (namespace, is_numpy, is_cupy, gpu_available, get_xp, device_of, to_host,
-                     from_host, scatter_add)
+                     from_host, indices, scatter_add)
 from .rng import RNG
 from .special import erf, erf_array_api
 from .runtime import fused, add_bias, set_fast, threads, cpu_cores, keep_freed_memory
 
 __all__ = [
     "namespace", "get_xp", "gpu_available", "device_of", "to_host", "from_host",
-    "scatter_add", "RNG", "is_numpy", "erf", "erf_array_api", "fused", "add_bias", "set_fast",
-    "threads", "cpu_cores", "keep_freed_memory",
+    "indices", "scatter_add", "RNG", "is_numpy", "erf", "erf_array_api", "fused", "add_bias",
+    "set_fast", "threads", "cpu_cores", "keep_freed_memory",
 ]
 

@@ -1,4 +1,4 @@
-"""Array namespaces, devices and host transfers; scatter-add (the standard has none).
+"""Array namespaces, devices and host transfers; index arrays; scatter-add (the standard has none).
 
 Everything else in tostnp takes ``xp = namespace(x)`` from its inputs.
 """
@@ -88,6 +88,15 @@ def from_host(xp, a, dtype=None, device=None):
     if device is None:
         return xp.asarray(a)
     return xp.asarray(a, device=device)
+
+
+def indices(i):
+    """The integer array ``i`` in its namespace's indexing dtype (the index argument of
+    ``xp.take``): NumPy's take refuses int64 indices where its index type is 32-bit, as in the
+    browser (Pyodide, WebAssembly). The same array where the dtypes agree (64-bit platforms)."""
+    xp = namespace(i)
+    want = xp.__array_namespace_info__().default_dtypes(device=device_of(i))["indexing"]
+    return i if i.dtype == want else xp.astype(i, want)
 
 
 def _dtype_name(dtype) -> str:

@@ -171,7 +171,8 @@ class _Decoder:
         """ids_t (B,) int -> logits (B, V) for the next token."""
         xp = backend.namespace(ids_t)
         cfg, p = self.cfg, self.params
-        x = xp.take(p["wte"], ids_t, axis=0) + p["wpe"][self.t, :]        # (B, C)
+        x = xp.take(p["wte"], backend.indices(ids_t), axis=0)            # (B, C)
+        x = x + p["wpe"][self.t, :]
         for i, bp in enumerate(self.blocks):
             x, self.states[i] = Bk._tost_block_decode_step(self.states[i], x, bp, cfg.num_heads,
                                                            self.t, cfg.ln_eps, cfg.gelu)

@@ -347,7 +347,7 @@ def _embedding_forward(ids, W):
     xp = backend.namespace(ids)
     V, C = W.shape
     flat = xp.reshape(ids, (-1,))                                  # (B*T,)
-    out = xp.take(W, flat, axis=0)                                 # (B*T, C)
+    out = xp.take(W, backend.indices(flat), axis=0)               # (B*T, C)
     return xp.reshape(out, tuple(ids.shape) + (C,)), (flat, V)
 
 

@@ -48,7 +48,8 @@ def softmax_cross_entropy_forward(logits, targets, ignore_index=None):
     zmax = xp.max(z, axis=-1, keepdims=True)                       # (M, 1)
     logp = z - zmax                                                # (M, V)
     logp -= xp.log(xp.sum(xp.exp(logp), axis=-1, keepdims=True))  # log-softmax
-    picked = xp.take(xp.reshape(logp, (-1,)), xp.arange(M, device=dev) * V + t)   # (M,)
+    at = backend.indices(xp.arange(M, device=dev) * V + t)        # (M,) flat positions
+    picked = xp.take(xp.reshape(logp, (-1,)), at)                  # (M,)
     w = xp.astype(valid, logits.dtype) * (1.0 / count)             # (M,) weight per token
     loss = -xp.sum(picked * w)                                     # ()
     return loss, (logp, t, w, tuple(logits.shape))
