@@ -104,9 +104,11 @@ def test_no_process_is_probed_with_kill_on_windows(tmp_path, monkeypatch):
     from tostnp.io.atomic import clean_stale_temporaries
     other = subprocess.Popen([sys.executable, "-c", "pass"])
     other.wait()                                              # a writer that is gone
-    theirs = tmp_path / f".curves.png.{other.pid}-xyz_9.tmp.png"
+    (tmp_path / f".tostnp-tmp-{other.pid}-xyz_9abc").mkdir()
+    theirs = tmp_path / f".tostnp-tmp-{other.pid}-xyz_9abc" / "curves.png"
     theirs.write_bytes(b"")
-    mine = tmp_path / f".ckpt.npz.{os.getpid()}-abc.tmp.npz"   # this process's, failed earlier
+    (tmp_path / f".tostnp-tmp-{os.getpid()}-abcdefgh").mkdir()
+    mine = tmp_path / f".tostnp-tmp-{os.getpid()}-abcdefgh" / "checkpoint.npz"   # ours, failed
     mine.write_bytes(b"")
 
     def kill(pid, sig):
