@@ -84,18 +84,23 @@ def _refused(case, argv, *needles, cap=CAP):
     return msg
 
 
+def write_case_table(path, rows) -> None:
+    """The cases as a markdown table (case, message, peak RSS, wall) at ``path``."""
+    lines = ["| case | message (stderr) | peak RSS | wall |", "|---|---|---|---|"]
+    for case, msg, peak, wall in rows:
+        m = msg.replace("|", "\\|").replace("\n", " ")
+        m = m if len(m) < 400 else m[:400] + " …"
+        lines.append(f"| {case} | {m} | {peak / 1e6:.0f} MB | {wall:.2f} s |")
+    with open(path, "w") as f:
+        f.write("\n".join(lines) + "\n")
+
+
 @pytest.fixture(scope="module", autouse=True)
 def case_table():
     yield
     path = os.environ.get("TOSTNP_CASE_TABLE")
     if path and _TABLE:
-        lines = ["| case | message (stderr) | peak RSS | wall |", "|---|---|---|---|"]
-        for case, msg, peak, wall in _TABLE:
-            m = msg.replace("|", "\\|")
-            m = m if len(m) < 400 else m[:400] + " …"
-            lines.append(f"| {case} | {m} | {peak / 1e6:.0f} MB | {wall:.2f} s |")
-        with open(path, "w") as f:
-            f.write("\n".join(lines) + "\n")
+        write_case_table(path, _TABLE)
 
 
 # ---------------------------------------------------------------------------------------------

@@ -20,17 +20,7 @@ from tostnp.io.runlock import UnsafeLockFile, run_lock, LOCK_NAME
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
-_WRITER = r"""
-import sys, numpy as np
-from tostnp.io.checkpoint import save_checkpoint
-prefix, step = sys.argv[1], 1
-print("ready", flush=True)
-while True:
-    step += 1
-    save_checkpoint(prefix, {"W": np.full((96, 96), step, np.float32)}, {"v": step},
-                    extra_arrays={"m": np.full(5000, -step, np.float64)},
-                    state={"step": step, "pad": list(range(5000))})
-"""
+from test_reliability_checkpoint import _CHILD as _WRITER    # saves as fast as it can
 
 
 def test_100_reads_beside_a_live_writer_see_whole_saves(tmp_path):
@@ -39,7 +29,7 @@ def test_100_reads_beside_a_live_writer_see_whole_saves(tmp_path):
                     extra_arrays={"m": np.full(5000, -1, np.float64)},
                     state={"step": 1, "pad": list(range(5000))})
     env = dict(os.environ, PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""))
-    writer = subprocess.Popen([sys.executable, "-c", _WRITER, prefix], env=env,
+    writer = subprocess.Popen([sys.executable, "-c", _WRITER, prefix, "1"], env=env,
                               stdout=subprocess.PIPE, text=True)
     try:
         assert writer.stdout.readline().strip() == "ready"

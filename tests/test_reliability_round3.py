@@ -37,13 +37,7 @@ def case_table():
     yield
     path = os.environ.get("TOSTNP_CASE_TABLE_ROUND3")
     if path and len(rb._TABLE) > first:
-        lines = ["| case | message (stderr) | peak RSS | wall |", "|---|---|---|---|"]
-        for case, msg, peak, wall in rb._TABLE[first:]:
-            m = msg.replace("|", "\\|").replace("\n", " ")
-            m = m if len(m) < 400 else m[:400] + " …"
-            lines.append(f"| {case} | {m} | {peak / 1e6:.0f} MB | {wall:.2f} s |")
-        with open(path, "w") as f:
-            f.write("\n".join(lines) + "\n")
+        rb.write_case_table(path, rb._TABLE[first:])
 
 
 @pytest.fixture(scope="module")

@@ -72,11 +72,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     r.add_argument("--csv", default=None, help="the grades CSV (default: OUT/grades.csv)")
     r.add_argument("--roster", default=None,
                    help="CSV with a 'student' column: every student gets a row, submitted or not")
+    r.add_argument("--no-hidden", action="store_true", help="only the tests students see")
     r.add_argument("--jobs", type=bounded(int, 1, 64), default=2,
                    help="submissions graded at once [2]")
     r.add_argument("--regrade", action="store_true",
                    help="grade again what is already graded (new inputs drawn)")
-    r.add_argument("--no-hidden", action="store_true", help="only the tests students see")
     r.add_argument("--allow-unsandboxed", action="store_true",
                    help="grade for marks even where no sandbox (bubblewrap) can be had: each "
                         "student's code then runs as you, bounded by an audit hook only")
