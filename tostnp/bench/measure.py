@@ -154,8 +154,7 @@ def _train_bench(dev, s, rng, tick):
     on the threads where training shards it, :mod:`tostnp.train.shards`)."""
     from ..models import (get_vision_config, get_lm_config, vision_init, lm_init,
                          vision_loss_and_grads, lm_loss_and_grads, num_params)
-    from ..train.optim import AdamW
-    from ..train.loop import TrainConfig
+    from ..train.loop import TrainConfig, make_optimizer, update_step
     from ..train.shards import sharded
     xp, dtype = dev.xp, getattr(dev.xp, s["dtype"])
     tcfg = TrainConfig()
@@ -164,13 +163,13 @@ def _train_bench(dev, s, rng, tick):
     host = np.random.default_rng(s["seed"])
 
     def step_seconds(params, loss_and_grads):
-        """Median seconds of one training step: loss_and_grads(params), then AdamW."""
-        opt = AdamW(params, lr=tcfg.lr, betas=(tcfg.beta1, tcfg.beta2),
-                    weight_decay=tcfg.weight_decay)
+        """Median seconds of one training step as training makes it: loss_and_grads(params),
+        then the loop's update (clipping, schedule, AdamW)."""
+        opt = make_optimizer(params, tcfg)
 
         def step():
             loss, grads, _ = loss_and_grads(opt.params)
-            opt.step(grads)
+            update_step(opt, grads, loss, tcfg.warmup_steps, tcfg)
             return loss
         return dev.time(step, s["repeats"], max(1, s["warmup"]))["median_s"]
 

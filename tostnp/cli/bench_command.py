@@ -147,8 +147,9 @@ def _run_train(args) -> int:
                           else None, seed=args.seed, progress=not args.no_progress)
     anatomy = train_anatomy(benches, dtype=args.dtype, quick=args.quick, seed=args.seed)
     from threadpoolctl import threadpool_info
-    blas_threads = sorted({i["num_threads"] for i in threadpool_info()
-                           if i.get("user_api") == "blas"})
+    blas_threads = sorted({i["num_threads"] for i in threadpool_info()     # NumPy's BLAS (not
+                           if i.get("user_api") == "blas"                   # SciPy's own copy)
+                           and "numpy" in i.get("filepath", "")})
     meta = {"load_before": load_before, "load_after": _loadavg(), "machine": machine_info(),
             "blas_threads": blas_threads, "kept_freed_memory": kept, "dtype": args.dtype,
             "command": how_to_run("bench", *sys.argv[2:])
