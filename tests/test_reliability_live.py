@@ -92,3 +92,35 @@ def test_train_refuses_a_linked_lock_in_one_line(tmp_path):
     assert "Traceback" not in r.stderr and len(r.stderr.strip().splitlines()) == 1
     assert "not a regular file" in r.stderr
     assert victim.read_text() == "precious\n"
+
+
+def test_figures_keep_out_of_a_folder_a_training_holds(tmp_path):
+    from tostnp.__main__ import main
+    run = str(tmp_path / "run")
+    assert main(["train", "vision", "--out", run, "--steps", "2", "--batch-size", "16",
+                 "--width", "8", "--depth", "1", "--heads", "2", "--no-progress"]) == 0
+    before = sorted(os.listdir(run))
+    env = dict(os.environ, PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    holder = subprocess.Popen([sys.executable, "-c", "import sys, time\n"
+                               "from tostnp.io.runlock import run_lock\n"
+                               "with run_lock(sys.argv[1], 'train'):\n"
+                               "    print('held', flush=True); time.sleep(120)", run],
+                              env=env, stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline().strip() == "held"
+        for f in ("memberships.png", "compression.png"):
+            os.unlink(os.path.join(run, f))
+        r = subprocess.run([sys.executable, "-m", "tostnp", "figures", "--checkpoint", run],
+                           env=env, capture_output=True, text=True, timeout=300)
+        assert r.returncode == 0, r.stderr[-1500:]
+        assert "being written by" in r.stderr
+        assert sorted(os.listdir(run)) == sorted(f for f in before
+                                                  if f not in ("memberships.png",
+                                                               "compression.png"))
+        assert os.path.isfile(os.path.join(run + "-figures", "memberships.png"))
+        r = subprocess.run([sys.executable, "-m", "tostnp", "figures", "--checkpoint", run,
+                            "--out", run], env=env, capture_output=True, text=True, timeout=300)
+        assert r.returncode == 2 and "in use" in r.stderr and "Traceback" not in r.stderr
+    finally:
+        holder.kill()
+        holder.wait()
