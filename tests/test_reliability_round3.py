@@ -301,8 +301,10 @@ def test_overwrite_killed_before_its_first_checkpoint_is_put_back(vision_done, t
     dead.wait()
     aside = os.path.join(d, f".tostnp-replaced-{dead.pid}-abcd1234")    # as a killed run left it
     os.mkdir(aside)
-    for f in ("checkpoint.npz", "checkpoint.json", "metrics.jsonl"):
-        os.replace(os.path.join(d, f), os.path.join(aside, f))
+    from tostnp.cli.train_command import RUN_FILES
+    for f in RUN_FILES:
+        if os.path.exists(os.path.join(d, f)):
+            os.replace(os.path.join(d, f), os.path.join(aside, f))
     code, out, err, peak, wall = _capped(["evaluate", "--checkpoint", d])
     assert code == 2                               # until a train command settles it
     _refused("train vision into a run whose --overwrite was killed",
