@@ -1,5 +1,6 @@
-"""Every command README.md and the docs pages it links (docs/*.md) print works as printed, and so
-does every command the CLI prints as advice.
+"""Every command README.md, the docs pages it links (docs/*.md) and the students' pages
+(exercises/STUDENT.md, exercises/README.md) print works as printed, and so does every command
+the CLI prints as advice.
 
 The commands (```bash blocks, and inline `...` spans that start like a command), README first,
 then the docs pages in name order, are read here, not listed: a command added to the README or
@@ -23,7 +24,10 @@ from tostnp.__main__ import build_parser, main
 
 ROOT = Path(__file__).resolve().parent.parent
 README = ROOT / "README.md"
-PAGES = [README] + sorted((ROOT / "docs").glob("*.md"))   # the README's run logs moved to docs/
+# the README's run logs moved to docs/; a student's page and the exercises' README (their
+# `exercises` commands parse here; the edition runs them: tests/test_exercises_edition.py)
+PAGES = ([README] + sorted((ROOT / "docs").glob("*.md"))
+         + [ROOT / "exercises" / "STUDENT.md", ROOT / "exercises" / "README.md"])
 PREFIXES = [["python3", "run.py"], [".venv/bin/python", "-m", "tostnp"],
             ["python", "-m", "tostnp"], ["tostnp"]]
 PLACEHOLDER = re.compile(r"<[^>]+>|\.\.\.|\bARGS\b|\bNAME\b|\bSUBMISSIONS\b|\bOUT\b|\bFILE\b|\bDIR\b|\bRUN\b|\bPATH\b|\bD\b")
