@@ -403,3 +403,21 @@ def test_a_reply_is_bounded_before_its_arrays_are_allocated():
                 f.write(bytes(32))
         with pytest.raises(Lost):
             check_arrays(struct.pack(">I", len(head)) + head + b.getvalue())
+
+
+@pytest.mark.skipif(iso.available() != iso.BWRAP, reason="bubblewrap is not usable here")
+def test_a_read_only_folder_under_tmp_is_seen_inside(tmp_path):
+    """The sandbox's own /tmp is empty, but a folder bound read-only from under the host's /tmp
+    (a venv there: CI clones, pytest's folders) is mounted on top of it, not hidden by it."""
+    d = tempfile.mkdtemp(dir="/tmp")
+    try:
+        Path(d, "probe.txt").write_text("seen")
+        real = os.path.realpath(sys.executable)
+        cmd = iso.bwrap_command([real, "-S", "-E", "-c", f"print(open({d + '/probe.txt'!r}).read())"],
+                                read_only=iso._python_dirs() + [d], hidden=[],
+                                sandbox=os.path.dirname(real))
+        r = subprocess.run(cmd, capture_output=True, text=True, timeout=60)
+        assert r.returncode == 0 and r.stdout.strip() == "seen", r.stderr[-1000:]
+    finally:
+        import shutil
+        shutil.rmtree(d)

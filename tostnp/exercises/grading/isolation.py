@@ -110,13 +110,14 @@ def bwrap_command(argv: list[str], *, read_only: list[str], hidden: list[str], s
     cmd += ["--uid", "65534", "--gid", "65534"] if os.geteuid() == 0 else []
     cmd += ["--disable-userns"] if _supports("--disable-userns") else []
     cmd += ["--seccomp", str(seccomp_fd)] if seccomp_fd is not None else []
-    cmd += _system_binds() + ["--dev", "/dev"]
+    size = ["--size", str(256 * 2**20)] if _supports("--size") else []   # bwrap >= 0.5
+    # /tmp first: a read-only folder under /tmp (a venv there) is bound on top of it, not hidden
+    cmd += _system_binds() + ["--dev", "/dev", *size, "--tmpfs", "/tmp"]
     for p in dict.fromkeys(read_only):
         cmd += ["--ro-bind", p, p]
     for p in hidden:
         cmd += ["--tmpfs", p, "--remount-ro", p]
-    size = ["--size", str(256 * 2**20)] if _supports("--size") else []   # bwrap >= 0.5
-    cmd += [*size, "--tmpfs", "/tmp", *size, "--tmpfs", INSIDE,
+    cmd += [*size, "--tmpfs", INSIDE,
             "--ro-bind", sandbox, f"{INSIDE}/ro", "--dir", f"{INSIDE}/work",
             "--chdir", f"{INSIDE}/work", "--"]
     return cmd + list(argv)
