@@ -48,12 +48,9 @@ LOGIT_RTOL = 1e-5            # float32 rounding, relative to the largest logit
 # the published-form vision model in PyTorch (state_dict names of the published code)
 # ============================================================================================
 def peer_tssa():
-    """The TSSA module of benchmarks/peer_torch (a module file or, split, a package)."""
+    """The TSSA module of benchmarks/peer_torch (the package's torch_models)."""
     sys.path.insert(0, HERE)
-    try:
-        from peer_torch import torch_defs
-    except ImportError:
-        from peer_torch.models import torch_defs            # the package form
+    from peer_torch.torch_models import torch_defs
     return torch_defs()["TSSA"]
 
 
