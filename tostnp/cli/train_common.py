@@ -53,14 +53,10 @@ def train_and_report(args, task, tcfg, describe, data_line):
                                                             PROGRESS_SECONDS))
     cpu, wall = time.process_time() - c0, time.perf_counter() - t0
     final = [r for r in res["metrics"] if r["kind"] == "eval" and r["step"] == tcfg.steps]
-    if res["step"] == tcfg.steps:
+    if res["step"] == tcfg.steps and final:   # (the loop made it again if metrics.jsonl lost it)
         if res.get("start") == tcfg.steps:
             say(args, f"the run in {args.out} had already finished (step {tcfg.steps} of "
                        f"{tcfg.steps}); its result is written again")
-        if not final:                  # metrics.jsonl lost or torn: evaluate the weights now
-            say(args, f"no final evaluation in {args.out}/metrics.jsonl: evaluating the "
-                       f"checkpoint of step {tcfg.steps} now")
-            final = [{"step": tcfg.steps, "kind": "eval", **task.evaluate(res["params"])}]
         return final[-1], res["params"], cpu, wall, res["best"]
     from .options import how_to_run
     print(f"stopped at step {res['step']} of {tcfg.steps} after {wall:.1f} s; resume with: "

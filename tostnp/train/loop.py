@@ -210,14 +210,31 @@ def _train(task, tcfg, out_dir, resume, progress, plot, init_params, progress_se
             records.append(rec)
             mf.write(rec)
 
+        def evaluate(n):
+            """The evaluation of step n, logged, and the best checkpoint kept; None when a
+            signal cut it short."""
+            nonlocal best
+            ev = stop_signal.during(lambda: task.evaluate(params))
+            if ev is None:
+                return None
+            log({"step": n, "kind": "eval", **ev})
+            if _better(ev, best) and _all_finite(params):
+                save_best(best_path, task, params, n, tcfg, ev)
+                best = {"step": n, **ev}
+            if bar is not None:
+                bar.write(f"step {n}: " + ", ".join(f"{k} {v:.4f}" for k, v in ev.items())
+                          + (" (best so far)" if best and best["step"] == n else ""))
+                sys.stdout.flush()      # a pipe buffers: show it now
+            return ev
+
         if resume and _eval_due(start, tcfg) and not any(
                 r["step"] == start and r["kind"] == "eval" for r in records):
             # the run that saved this checkpoint had its evaluation cut short by a signal
-            # (or its line was lost): made now, as the uninterrupted run has it
-            ev = stop_signal.during(lambda: task.evaluate(params))
-            if ev is not None:
-                _write_or_fail(lambda: log({"step": start, "kind": "eval", **ev}),
-                               "metrics.jsonl")
+            # (or its metrics.jsonl lost the line): made now, as the uninterrupted run has it
+            try:
+                evaluate(start)
+            except OSError as e:
+                raise _io_error(e, start, saved, out_dir) from None
             if stop_signal.signum:
                 raise TrainingInterrupted(start, stop_signal.signum, out_dir)
         for step in range(start, stop):
@@ -234,16 +251,7 @@ def _train(task, tcfg, out_dir, resume, progress, plot, init_params, progress_se
                     rec.update({k: _float(v) for k, v in extra.items()})
                     log(rec)
                 if _eval_due(n, tcfg):
-                    ev = stop_signal.during(lambda: task.evaluate(params))  # None: interrupted
-                    if ev is not None:
-                        log({"step": n, "kind": "eval", **ev})
-                        if _better(ev, best) and _all_finite(params):
-                            save_best(best_path, task, params, n, tcfg, ev)
-                            best = {"step": n, **ev}
-                    if bar is not None and ev is not None:
-                        bar.write(f"step {n}: " + ", ".join(f"{k} {v:.4f}" for k, v in ev.items())
-                                  + (" (best so far)" if best and best["step"] == n else ""))
-                        sys.stdout.flush()      # a pipe buffers: show it now
+                    evaluate(n)
                 if (every and n % every == 0) or n == stop or stop_signal.signum:
                     if _all_finite(params):  # never replace a good checkpoint by NaN weights
                         save(ckpt_path, task, params, opt, n, tcfg)
