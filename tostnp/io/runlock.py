@@ -79,26 +79,29 @@ def _open_lock_file(path: str) -> int:
     return fd
 
 
+def _note(fd) -> str:
+    """The holder's note written in the lock file ("" if none can be read)."""
+    try:
+        os.lseek(fd, 0, os.SEEK_SET)
+        return os.read(fd, 4096).decode("utf-8", "replace").strip()
+    except OSError:
+        return ""
+
+
 def held_by(directory) -> str | None:
     """Who holds ``directory``'s lock now (its note), or None: for a reader that writes beside
     a run and must keep out of one being written, without creating a lock file of its own."""
-    try:
-        import fcntl
-    except ImportError:
-        return None
+    take = _locker()
     path = os.path.join(directory, LOCK_NAME)
-    if not os.path.lexists(path):
+    if take is None or not os.path.lexists(path):
         return None
     fd = _open_lock_file(path)
     try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
-        try:
-            return os.pread(fd, 4096, 0).decode("utf-8", "replace").strip() or "another process"
-        except OSError:
-            return "another process"
+        take(fd)
+    except (BlockingIOError, PermissionError):        # msvcrt: PermissionError (EACCES)
+        return _note(fd) or "another process"
     finally:
-        os.close(fd)                              # releases the probe's own flock, if taken
+        os.close(fd)                              # releases the probe's own lock, if taken
     return None
 
 
@@ -124,13 +127,8 @@ def run_lock(directory, what: str = "tostnp"):
     try:
         take(fd)
     except (BlockingIOError, PermissionError):        # msvcrt: PermissionError (EACCES)
-        try:
-            os.lseek(fd, 0, os.SEEK_SET)
-            holder = os.read(fd, 4096).decode("utf-8", "replace").strip()
-        except OSError:
-            holder = ""
+        holder = _note(fd) or "another tostnp process"
         os.close(fd)
-        holder = holder or "another tostnp process"
         raise RunDirectoryInUse(f"{directory} is in use by {holder}; wait for it to finish or "
                                 f"choose another directory") from None
     except BaseException:
