@@ -8,6 +8,7 @@ import json
 import os
 import time
 
+from .timing import BENCH_TITLES
 from .torch_models import torch_defs
 
 
@@ -34,7 +35,9 @@ def main():
     ap.add_argument("--threads", type=int, nargs="+", default=[1, 2])
     ap.add_argument("--rounds", type=int, default=9)
     ap.add_argument("--only", nargs="+", default=["lm", "vision", "lm_tiny", "tssa_lm",
-                                                   "block_nc", "block_c", "tssa_nc", "tssa_c"])
+                                                   "block_nc", "block_c", "tssa_nc", "tssa_c"],
+                    choices=sorted(set(BENCH_TITLES) - {"gemm"}), metavar="BENCH",
+                    help="which benchmarks: " + ", ".join(sorted(set(BENCH_TITLES) - {"gemm"})))
     ap.add_argument("--skip-check", action="store_true")
     ap.add_argument("--profile", action="store_true", help="also run part 3 (profile)")
     ap.add_argument("--profile-only", action="store_true")
