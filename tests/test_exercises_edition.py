@@ -1,5 +1,7 @@
-"""The student edition works as its README prints it: built to a folder of its own, its own
-`python3 run.py exercises check` and `python3 run.py exercises start --no-browser` run there.
+"""The student edition works as its README prints it: built to a folder of its own, every
+command its README.md (exercises/STUDENT.md) prints is read from that page and run there, in its
+order: `python3 run.py exercises start` (in its no-browser form) and `python3 run.py exercises
+check my-exercises/...` on the notebook start copied. A command added to the page is run too.
 
 run.py would create .venv and pip-install the first time; offline, the test gives the edition a
 .venv whose site-packages is this interpreter's, with the stamps run.py writes after an install
@@ -8,6 +10,7 @@ from __future__ import annotations
 
 import importlib.util
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -21,11 +24,9 @@ import pytest
 pytest.importorskip("jupytext")
 pytest.importorskip("nbclient")
 
+from page_commands import page_commands, split_prefix  # noqa: E402
 from tostnp.__main__ import main  # noqa: E402
 from tostnp.exercises import notebook as nbk  # noqa: E402
-
-SMALL = "04_variational"
-
 
 def _run_py(edition: Path):
     spec = importlib.util.spec_from_file_location("_edition_run_py", edition / "run.py")
@@ -72,25 +73,17 @@ def test_the_edition_ships_what_its_run_py_installs(edition):
     assert "array-api-strict" in (edition / "requirements-exercises.txt").read_text()
 
 
-def test_the_editions_check_runs_from_the_edition(edition):
-    nbk.write(nbk.fill(nbk.read(nbk.EXERCISES / f"{SMALL}.md"), nbk.solution_sections(SMALL)),
-              edition / f"{SMALL}.md")
-    r = subprocess.run([sys.executable, "run.py", "exercises", "check", f"{SMALL}.md"],
-                       cwd=edition, env=_env(), capture_output=True, text=True, timeout=300)
-    assert r.returncode == 0, r.stdout + r.stderr
-    assert "installing" not in r.stdout + r.stderr               # the venv was used as it is
-    assert "3.00 / 3" in r.stdout and "SCORE" not in r.stdout
-
-
-def test_the_editions_start_without_a_browser(edition):
-    """start copies the notebooks, starts JupyterLab without a browser, prints its address;
-    stopped at once (SIGINT, as Ctrl-C)."""
+def _start(edition: Path, args: list[str]) -> str:
+    """Run a printed ``exercises start`` in its no-browser form (``--no-browser`` added where the
+    page did not print it): JupyterLab starts and prints its address; then it is stopped
+    (SIGINT, as Ctrl-C). Returns what it printed."""
+    i = args.index("--") if "--" in args else len(args)
+    if "--no-browser" not in args[:i]:
+        args = args[:i] + ["--no-browser"] + args[i:]
     log = edition / "lab.log"
     with open(log, "w") as fh:
-        proc = subprocess.Popen([sys.executable, "run.py", "exercises", "start", "--no-browser",
-                                 "--", "--ServerApp.port=0", "--ServerApp.token=t"],
-                                cwd=edition, env=_env(), stdout=fh, stderr=subprocess.STDOUT,
-                                start_new_session=True)
+        proc = subprocess.Popen([sys.executable, "run.py", *args], cwd=edition, env=_env(),
+                                stdout=fh, stderr=subprocess.STDOUT, start_new_session=True)
     try:
         deadline = time.monotonic() + 120
         while time.monotonic() < deadline and proc.poll() is None:
@@ -108,5 +101,66 @@ def test_the_editions_start_without_a_browser(edition):
             except subprocess.TimeoutExpired:
                 os.kill(proc.pid, signal.SIGKILL)
                 proc.wait()
-    assert sorted(p.name for p in (edition / "my-exercises").glob("[0-9][0-9]_*.md")) == \
-        sorted(p.name for p in nbk.notebooks())
+    return text
+
+
+def _run(edition: Path, args: list[str]) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "run.py", *args], cwd=edition, env=_env(),
+                          capture_output=True, text=True, timeout=600)
+
+
+def _check(edition: Path, args: list[str]) -> None:
+    """A printed ``exercises check`` on the notebooks as ``start`` copied them (every exercise
+    still a TODO: each scores 0, with a hint, exit 1), then on the same files with the reference
+    solutions written in, as a student who did the work has them (full marks, exit 0)."""
+    files = [edition / a for a in args[2:] if not a.startswith("-")]
+    assert files and all(f.is_file() for f in files), f"check names a file start did not copy: {args}"
+    r = _run(edition, args)
+    out = r.stdout + r.stderr
+    assert r.returncode == 1, out
+    assert "Traceback" not in out and "SCORE" not in out and "installing" not in out, out
+    assert _totals(r.stdout) and all(got == 0 for got, _ in _totals(r.stdout)), out
+    assert "not written yet" in r.stdout, out
+    for f in files:
+        nbk.write(nbk.fill(nbk.read(f), nbk.solution_sections(f.stem)), f)
+    r = _run(edition, args)
+    out = r.stdout + r.stderr
+    assert r.returncode == 0, out
+    assert "Traceback" not in out and "SCORE" not in out and "installing" not in out, out
+    assert len(_totals(r.stdout)) == len(files), out
+    assert all(got == most > 0 for got, most in _totals(r.stdout)), out
+
+
+def _totals(text: str) -> list[tuple[float, float]]:
+    """(score, out of) of each notebook's ``total`` row of check's table."""
+    return [(float(a), float(b)) for a, b in re.findall(r"^\s*total\s+([\d.]+) / ([\d.]+)", text, re.M)]
+
+
+def test_the_editions_readme_commands_run_there_as_printed(edition):
+    """Every command the edition's README.md (exercises/STUDENT.md) prints, read from it and
+    run in its order inside the edition: ``start`` (no browser) copies the notebooks into
+    my-exercises/, ``check`` scores one of them; any other command exits 0."""
+    readme = edition / "README.md"
+    assert readme.read_text(encoding="utf-8") == (nbk.EXERCISES / "STUDENT.md").read_text(
+        encoding="utf-8")
+    done, kinds = set(), set()
+    for argv in page_commands([readme]):
+        prefix, args = split_prefix(argv)
+        assert prefix == ["python3", "run.py"], f"the edition has only run.py: {' '.join(argv)}"
+        key = tuple(args)
+        if args[:2] == ["exercises", "start"]:
+            key = ("start", *[a for a in args[2:] if a != "--no-browser"])
+        if key in done:
+            continue
+        done.add(key)
+        if args[:2] == ["exercises", "start"]:
+            _start(edition, args)
+            assert sorted(p.name for p in (edition / "my-exercises").glob("[0-9][0-9]_*.md")) \
+                == sorted(p.name for p in nbk.notebooks())
+        elif args[:2] == ["exercises", "check"]:
+            _check(edition, args)
+        else:
+            r = _run(edition, args)
+            assert r.returncode == 0, f"{' '.join(argv)}: {r.stdout + r.stderr}"
+        kinds.add(tuple(args[:2]))
+    assert {("exercises", "start"), ("exercises", "check")} <= kinds

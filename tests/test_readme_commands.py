@@ -10,54 +10,35 @@ files that exist in the repository or that an earlier README command creates, an
 quick form in a scratch directory, in README order (a training command gets a tiny model and a
 few steps; experiments and benchmarks --quick). The commands the runs print as advice ("sample
 with:", "resume with:") are run in their turn. The launcher itself (``python3 run.py``) is
-tested in tests/test_launcher.py.
+tested in tests/test_launcher.py; the student edition runs its own README's commands in
+tests/test_exercises_edition.py. The book's block of docs/usage.md (book, lite site, browser
+test) is run as printed by CI itself (.ci/run, through .ci/doc_commands.py); here its order, the
+files it names and CI's use of it are checked. The commands are read by tests/page_commands.py.
 """
 import os
 import re
 import shlex
-import sys
-from pathlib import Path
 
 import pytest
 
+from page_commands import ROOT, doc_commands, page_commands, split_prefix
 from tostnp.__main__ import build_parser, main
 
-ROOT = Path(__file__).resolve().parent.parent
 README = ROOT / "README.md"
 # the README's run logs moved to docs/; a student's page and the exercises' README (their
-# `exercises` commands parse here; the edition runs them: tests/test_exercises_edition.py)
+# `exercises` commands parse here; the student edition runs its own README's commands:
+# tests/test_exercises_edition.py)
 PAGES = ([README] + sorted((ROOT / "docs").glob("*.md"))
          + [ROOT / "exercises" / "STUDENT.md", ROOT / "exercises" / "README.md"])
-PREFIXES = [["python3", "run.py"], [".venv/bin/python", "-m", "tostnp"],
-            ["python", "-m", "tostnp"], ["tostnp"]]
-PLACEHOLDER = re.compile(r"<[^>]+>|\.\.\.|\bARGS\b|\bNAME\b|\bSUBMISSIONS\b|\bOUT\b|\bFILE\b|\bDIR\b|\bRUN\b|\bPATH\b|\bD\b")
 TINY = ["--width", "8", "--depth", "1", "--heads", "2", "--no-progress", "--eval-every", "0"]
+# the book and its browser site, as docs/usage.md prints them; CI runs this block as printed
+BOOK_PAGE, BOOK_WORD = "docs/usage.md", ".ci/build-lite"
 
 
 def readme_commands() -> list[list[str]]:
-    """Every command line of README.md and docs/*.md, as argv lists, in order (placeholders left
-    out)."""
-    text = "\n".join(p.read_text(encoding="utf-8") for p in PAGES)
-    lines = []
-    for block in re.findall(r"```bash\n(.*?)```", text, flags=re.S):
-        lines += [ln for ln in block.splitlines() if ln.strip()]
-    lines += re.findall(r"`((?:python3 run\.py|\.venv/bin/python -m tostnp|tostnp) [^`]*)`", text)
-    out = []
-    for ln in lines:
-        if PLACEHOLDER.search(ln.split("#")[0]):
-            continue
-        argv = shlex.split(ln, comments=True)
-        if argv:
-            out.append(argv)
-    return out
-
-
-def split_prefix(argv):
-    """(prefix, args) for a tostnp command line, else (None, argv)."""
-    for p in PREFIXES:
-        if argv[:len(p)] == p:
-            return p, argv[len(p):]
-    return None, argv
+    """Every command line of README.md, docs/*.md and the students' pages, as argv lists, in
+    order (placeholders left out)."""
+    return page_commands(PAGES)
 
 
 def test_readme_has_the_quick_start():
@@ -87,6 +68,47 @@ def test_every_readme_command_parses_as_printed():
             pytest.fail(f"README command does not parse: {' '.join(argv)} (exit {e.code})")
         seen += 1
     assert seen >= 20
+
+
+
+def test_the_books_block_builds_before_it_checks_and_ci_runs_it_as_printed():
+    """docs/usage.md's book block, in its order from a clean state: the book, then the lite site
+    its pages link to (into the book's folder), then the browser test of both; every file it
+    names exists; only the server line is left out; and .ci/run runs this block itself
+    (.ci/doc_commands.py --run), with no copy of its commands of its own."""
+    lines = doc_commands.block_with(ROOT / BOOK_PAGE, BOOK_WORD)
+    runs = [ln for ln in lines if not doc_commands.is_server(ln)]
+    assert len(runs) == len(lines) - 1, lines
+    argvs = [shlex.split(ln, comments=True) for ln in runs]
+
+    def first(*words):
+        return next(i for i, a in enumerate(argvs) if " ".join(a[:len(words)]) == " ".join(words))
+
+    assert first("python3", "run.py", "book") < first("bash", ".ci/build-lite") \
+        < first("python3", ".ci/browser-test", "_build/html")
+    for argv in argvs:
+        for a in argv:
+            if a.startswith(".ci/") or a.endswith(".py"):
+                assert (ROOT / a).is_file(), f"{BOOK_PAGE}: {' '.join(argv)}: {a} does not exist"
+    # the lite site lands where the browser test looks for the book's ../lite/ links
+    assert "${1:-_build/html/lite}" in (ROOT / ".ci" / "build-lite").read_text(encoding="utf-8")
+    code = "\n".join(ln.split("#")[0] for ln in
+                     (ROOT / ".ci" / "run").read_text(encoding="utf-8").splitlines())
+    call = f"python3 .ci/doc_commands.py --run {BOOK_PAGE} {BOOK_WORD}"
+    assert code.count(call) == 1
+    code = code.replace(call, "")
+    for script in ("run.py book", ".ci/build-lite", ".ci/build-book", ".ci/browser-test "):
+        assert script not in code, f".ci/run runs its own copy of {script!r}"
+
+
+def test_doc_commands_runs_in_order_leaves_the_server_out_and_stops_at_a_failure(tmp_path, capfd):
+    mark = tmp_path / "ran"
+    code = doc_commands.run([f"python3 -m http.server -d {tmp_path} 8000   # read it",
+                             f"echo one >> {mark}", "false  # fails", f"echo two >> {mark}"])
+    out, err = capfd.readouterr()
+    assert code == 1
+    assert mark.read_text() == "one\n"
+    assert "left out (a server" in out and "failed (exit 1): false" in err
 
 
 def _quick(args):
