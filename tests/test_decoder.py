@@ -32,6 +32,8 @@ def tssa_params(seed, C=12, h=3, max_len=10, bias=True):
 @pytest.mark.parametrize("bias,L", [(True, 32), (False, 3)])
 def test_tssa_decoder_equals_causal_forward_at_every_step(bias, L, monkeypatch):
     monkeypatch.setattr(tuning, "SCAN_BLOCK", L)    # L = 3: the blocked prefix sums
+    if L == 3:
+        monkeypatch.setattr(tuning, "SCAN_WHOLE", 0)  # (not one whole-sequence block)
     P = tssa_params(0, bias=bias)
     x = np.random.default_rng(1).normal(size=(2, 10, 12))
     y, _ = tssa_forward(x, P, 3, causal=True)

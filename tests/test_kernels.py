@@ -57,6 +57,47 @@ def test_gelu_fast_matches_plain(dtype, shape):
 
 
 @pytest.mark.parametrize("dtype", [np.float64, np.float32])
+@pytest.mark.parametrize("shape", SHAPES + [(3, 700, 200)])
+def test_gelu_with_the_bias_before_it_matches_plain(dtype, shape, monkeypatch):
+    """kernels.gelu_forward(h, b) adds b to h in place, piece by piece, then the GELU; its
+    backward with bias_grad also returns the sum of dx over rows: the plain GELU of h + b and
+    the plain sum (pieces forced small so that the sum runs over several of them)."""
+    monkeypatch.setattr(tuning, "PIECES_MIN", 64)
+    monkeypatch.setattr(tuning, "CHUNK", 256)
+    rng = np.random.default_rng(3 + len(shape))
+    h = (3.0 * rng.standard_normal(shape)).astype(dtype)
+    b = rng.standard_normal(shape[-1]).astype(dtype)
+    dy = rng.standard_normal(shape).astype(dtype)
+    with plain():
+        want_y, c = L.gelu_forward(h + b)
+        want_dx, _ = L.gelu_backward(dy, c)
+    want_db = want_dx.astype(np.float64).reshape(-1, shape[-1]).sum(axis=0)
+    hb = h.copy()
+    y, s = kernels.gelu_forward(hb, b)
+    assert rel(hb, h + b) == 0.0                      # the add happened in place
+    dx, db = kernels.gelu_backward(dy, hb, s, bias_grad=True)
+    assert y.dtype == dx.dtype == db.dtype == dtype and db.shape == (shape[-1],)
+    assert rel(y, want_y) < TOL[dtype] and rel(dx, want_dx) < TOL[dtype]
+    assert rel(db, want_db) < TOL[dtype]
+
+
+@pytest.mark.parametrize("bias", [True, False])
+def test_mlp_fast_path_matches_plain(bias):
+    """The MLP on the fast path (b1 inside the GELU's pieces) and on the plain path: the same
+    output and gradients, the same gradient keys."""
+    rng = np.random.default_rng(11)
+    x = rng.standard_normal((4, 9, 16))
+    P = {"W1": 0.3 * rng.standard_normal((16, 64)), "W2": 0.3 * rng.standard_normal((64, 16))}
+    if bias:
+        P["b1"], P["b2"] = rng.standard_normal(64), rng.standard_normal(16)
+    dy = rng.standard_normal(x.shape)
+    (yf, dxf, gf), (yp, dxp, gp) = both(lambda x_: L.mlp_forward(x_, P), L.mlp_backward, (x,), dy)
+    assert list(gf) == list(gp) and rel(yf, yp) < 1e-12 and rel(dxf, dxp) < 1e-12
+    for k in gp:
+        assert rel(gf[k], gp[k]) < 1e-12, k
+
+
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
 @pytest.mark.parametrize("shape", SHAPES)
 def test_layer_norm_fast_matches_plain(dtype, shape):
     rng = np.random.default_rng(10 + len(shape))
@@ -400,3 +441,20 @@ def test_on_threads_keeps_order_and_waits_for_every_thunk():
     with pytest.raises(KeyError, match="first"):
         kernels.on_threads([fail, slow])
     assert done == ["slow", "slow"]                       # it waited for the other thunk
+
+
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+@pytest.mark.parametrize("shape", [(0, 3), (1, 4), (57,), (2048, 16), (300, 2, 5)])
+def test_scatter_add_is_add_at(dtype, shape):
+    """backend.scatter_add on NumPy (rows sorted by index, each index's rows summed by
+    add.reduceat) gives np.add.at's sums to rounding, with repeated, unsorted and unused
+    indices; the unused rows are exact zeros."""
+    rng = np.random.default_rng(shape[0])
+    values = rng.standard_normal(shape).astype(dtype)
+    V = 37
+    idx = rng.integers(0, V - 5, shape[0])            # the last 5 rows get nothing
+    want = np.zeros((V,) + shape[1:], dtype)
+    np.add.at(want, idx, values)
+    got = backend.scatter_add(idx, values, V)
+    assert got.dtype == dtype and got.shape == want.shape
+    assert rel(got, want) < TOL[dtype] and np.all(got[V - 5:] == 0.0)

@@ -52,11 +52,15 @@ def naive_loop(x, P, h):
     return y
 
 
-@pytest.fixture(params=[32, 3], ids=["plain-scan", "blocked-scan"])
+@pytest.fixture(params=["whole", "cumsum", 3], ids=["whole-scan", "plain-scan", "blocked-scan"])
 def scan_block(request, monkeypatch):
-    """Run a test with the default scan block (T < 2 blocks: plain cumulative_sum) and with
+    """Run a test three ways: the default (a short sequence is one block, one (T, T) matmul);
+    no whole-sequence block and the default block (T < 2 blocks: plain cumulative_sum); and
     blocks of 3 tokens, so that the blocked prefix/suffix sums (and their tails) are used."""
-    monkeypatch.setattr(tuning, "SCAN_BLOCK", request.param)
+    if request.param != "whole":
+        monkeypatch.setattr(tuning, "SCAN_WHOLE", 0)
+    if isinstance(request.param, int):
+        monkeypatch.setattr(tuning, "SCAN_BLOCK", request.param)
     return request.param
 
 
@@ -127,10 +131,14 @@ def test_no_dependence_on_the_future(scan_block):
         assert np.any(dx[:, :t + 1] != 0.0)
 
 
-@pytest.mark.parametrize("L", [2, 3, 4])
-@pytest.mark.parametrize("T", [1, 4, 7, 12])
+@pytest.mark.parametrize("L", [2, 3, 4, "whole"])
+@pytest.mark.parametrize("T", [1, 2, 4, 7, 12])
 def test_blocked_scan_equals_cumsum(monkeypatch, L, T):
-    monkeypatch.setattr(tuning, "SCAN_BLOCK", L)
+    if L == "whole":                        # the default for short sequences: one (T, T) block
+        assert T <= tuning.SCAN_WHOLE
+    else:
+        monkeypatch.setattr(tuning, "SCAN_WHOLE", 0)
+        monkeypatch.setattr(tuning, "SCAN_BLOCK", L)
     a = np.random.default_rng(T).normal(size=(2, T, 3))
     np.testing.assert_allclose(tssa_mod._scan(a, xp_np), np.cumsum(a, axis=1), rtol=1e-12, atol=1e-12)
     suffix = np.cumsum(a[:, ::-1], axis=1)[:, ::-1]

@@ -114,8 +114,17 @@ def scatter_add(idx, values, num_rows: int):
     """
     xp = namespace(values)
     if is_numpy(xp):
+        # The rows sorted by index (stable), then each index's rows summed in one add.reduceat:
+        # np.add.at's sums up to float rounding (reduceat may group the additions otherwise),
+        # 2.4x faster at the LM's embedding (2048 rows of 128 over 512 ids, docs/tuning.md).
+        idx, values = np.asarray(idx), np.asarray(values)
         out = np.zeros((num_rows,) + tuple(values.shape[1:]), dtype=values.dtype)
-        np.add.at(out, np.asarray(idx), np.asarray(values))
+        if idx.shape[0] == 0:
+            return out
+        order = np.argsort(idx, kind="stable")
+        ids = idx[order]
+        starts = np.flatnonzero(np.concatenate(([True], ids[1:] != ids[:-1])))
+        out[ids[starts]] = np.add.reduceat(values[order], starts, axis=0)
         return out
     if is_cupy(xp):
         import cupy

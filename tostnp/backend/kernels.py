@@ -28,12 +28,13 @@ What it does beyond the plain code:
 
 Why plain NumPy and not a fused-expression library: numexpr (2.14, the usual choice) was
 measured against these in-place forms on the LM's MLP shape and lost (its tanh and exp are
-scalar libm calls, NumPy's exp is vectorised, and its per-block interpreter costs more than an
+scalar libm calls, NumPy 2.x's are vectorised, and its per-block interpreter costs more than an
 in-place NumPy pass over arrays that sit in cache); the thread pool here is the standard
 library's.
 
 Besides the chains: :func:`add_rows`, the bias add of every linear map (through
-:func:`tostnp.backend.add_bias`), and :func:`adamw_update_flat`, the AdamW update of a group of
+:func:`tostnp.backend.add_bias`; the MLP's first bias is added inside :func:`gelu_forward`'s
+pieces instead, and its gradient summed inside :func:`gelu_backward`'s), and :func:`adamw_update_flat`, the AdamW update of a group of
 parameters in one call on flat moments (:class:`tostnp.train.optim.AdamW` keeps one group per
 dtype and weight decay).
 
@@ -197,15 +198,17 @@ _GELU_B = 0.044715
 
 
 # ---------------------------------------------------------------------------------------------
-# GELU, tanh form, through the sigmoid: 0.5 (1 + tanh(u)) = 1 / (1 + exp(-2u))
+# GELU, tanh form, with the bias add of the linear map before it and that bias's gradient
 # ---------------------------------------------------------------------------------------------
-def gelu_forward(x):
-    """y = 0.5 x (1 + tanh(u)), u = sqrt(2/pi) (x + 0.044715 x^3), as y = x s with
-    s = sigmoid(2u) = 1 / (1 + exp(-2u)) (NumPy's exp is vectorised, its tanh is not).
+def gelu_forward(x, b=None):
+    """y = 0.5 x (1 + tanh(u)), u = sqrt(2/pi) (x + 0.044715 x^3), as y = x s with the gate
+    s = 0.5 (1 + tanh(u)) (what the plain path caches too).
 
-    x: (...) -> (y (...), s (...)); s is the gate the plain path caches too (computed there
-    as 0.5 (1 + tanh(u))). exp overflows to inf for
-    very negative x, where s = 1 / inf = 0 is the correct limit (no NaN).
+    x: (...) -> (y (...), s (...)). With ``b`` ((L,) for x (..., L)): x += b first, in place,
+    piece by piece (x must then be the caller's own fresh array: the product of the linear map
+    before the GELU, whose bias add this is), so the add costs no pass of its own over memory.
+    (NumPy's float32 tanh has SIMD loops for AVX2 and AVX-512 from NumPy 2.x: the tanh form was
+    faster than the sigmoid form 1 / (1 + exp(-2u)) here, whose reciprocal has none; docs/tuning.md.)
     """
     x2 = _rows(x)
     y, s = np.empty(x.shape, x.dtype), np.empty(x.shape, x.dtype)
@@ -213,22 +216,25 @@ def gelu_forward(x):
 
     def piece(lo, hi):
         xi, si = x2[lo:hi], s2[lo:hi]
+        if b is not None:
+            xi += b
         np.multiply(xi, xi, out=si)                                # x^2
-        si *= -2.0 * _GELU_A * _GELU_B
-        si += -2.0 * _GELU_A                                       # -2a (1 + b x^2)
-        si *= xi                                                   # -2u
-        with np.errstate(over="ignore"):
-            np.exp(si, out=si)
+        si *= _GELU_A * _GELU_B
+        si += _GELU_A                                              # a (1 + b x^2)
+        si *= xi                                                   # u
+        np.tanh(si, out=si)
         si += 1.0
-        np.reciprocal(si, out=si)                                  # s = sigmoid(2u)
+        si *= 0.5                                                  # s = 0.5 (1 + tanh u)
         np.multiply(xi, si, out=y2[lo:hi])
     _run_pieces(piece, *x2.shape)
     return y, s
 
 
-def gelu_backward(dy, x, s):
+def gelu_backward(dy, x, s, bias_grad: bool = False):
     """dx = dy * dy/dx with dy/dx = s (1 + 2 sqrt(2/pi) x (1 - s) (1 + 3 * 0.044715 x^2)),
-    the formula of :func:`tostnp.nn.layers.gelu_backward` (s, the gate, cached by both paths)."""
+    the formula of :func:`tostnp.nn.layers.gelu_backward` (s, the gate, cached by both paths).
+    With ``bias_grad``: (dx, db), db the sum of dx over every axis but the last (the gradient
+    of the bias :func:`gelu_forward` added), summed piece by piece while each is in cache."""
     dy2, x2, s2 = _rows(dy), _rows(x), _rows(s)
     g = np.empty(dy.shape, np.result_type(dy, x))
     g2 = _rows(g)
@@ -244,8 +250,14 @@ def gelu_backward(dy, x, s):
         gi += 1.0
         gi *= si
         gi *= dy2[lo:hi]
-    _run_pieces(piece, *g2.shape)
-    return g
+        return sum_leading(gi) if bias_grad else None
+    parts = _run_pieces(piece, *g2.shape)
+    if not bias_grad:
+        return g
+    db = parts[0]
+    for part in parts[1:]:
+        db += part
+    return g, db
 
 
 # ---------------------------------------------------------------------------------------------

@@ -273,10 +273,26 @@ def mlp_forward(x, params, gelu: str = "tanh"):
 
 def _mlp_forward(x, params, gelu: str = "tanh"):
     gelu_fwd, gelu_bwd = _GELU_CORES[gelu]
-    h, c1 = _linear_forward(x, params["W1"], params.get("b1"))    # (..., H)
-    a, c2 = gelu_fwd(h)                                            # (..., H)
+    fast = backend.fused(backend.namespace(x)) if gelu == "tanh" else None
+    if fast is not None:     # NumPy: b1 is added, and its gradient summed, inside the GELU's pieces
+        h, c1 = _linear_forward(x, params["W1"])                   # (..., H) without b1
+        a, s = fast.gelu_forward(h, params.get("b1"))              # h += b1, then the GELU
+        c2 = (_gelu_bias_backward, (h, s, fast, "b1" in params))
+    else:
+        h, c1 = _linear_forward(x, params["W1"], params.get("b1"))    # (..., H)
+        a, c2 = gelu_fwd(h)                                            # (..., H)
+        c2 = (gelu_bwd, c2)
     y, c3 = _linear_forward(a, params["W2"], params.get("b2"))    # (..., C)
-    return y, (c1, (gelu_bwd, c2), c3)
+    return y, (c1, c2, c3)
+
+
+def _gelu_bias_backward(da, cache):
+    """The fast path's GELU backward in the MLP: (dh, {"b": the gradient of b1} or {})."""
+    h, s, fast, has_b = cache
+    if not has_b:
+        return fast.gelu_backward(da, h, s), {}
+    dh, db = fast.gelu_backward(da, h, s, bias_grad=True)
+    return dh, {"b": db}
 
 
 def mlp_backward(dy, cache):
@@ -284,8 +300,9 @@ def mlp_backward(dy, cache):
     c1, c2, c3 = cache
     da, g3 = linear_backward(dy, c3)                               # (..., H)
     gelu_bwd, c2 = c2
-    dh, _ = gelu_bwd(da, c2)                                       # (..., H)
+    dh, g2 = gelu_bwd(da, c2)                                      # (..., H); {"b": b1's} or {}
     dx, g1 = linear_backward(dh, c1)                               # (..., C)
+    g1.update(g2)
     grads = {k + "1": v for k, v in g1.items()}
     grads.update({k + "2": v for k, v in g3.items()})
     return dx, grads

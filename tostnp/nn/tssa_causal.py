@@ -48,11 +48,14 @@ def _scan(a, xp, reverse: bool = False):
 
     Same result as ``xp.cumulative_sum(a, axis=1)``, computed in blocks of L tokens: inside a
     block by one matmul with an (L, L) triangular matrix of ones, across blocks by a cumulative
-    sum of the block totals. Still O(T L F) = O(T) work, but a matmul instead of NumPy's
+    sum of the block totals. A sequence of at most ``tuning.SCAN_WHOLE`` tokens is one block
+    (one (T, T) matmul: the LM's 64 tokens). Still O(T L F) = O(T) work, but a matmul instead of NumPy's
     strided, one-element-at-a-time accumulate along a non-last axis,
     and more accurate in float32 (sums of L terms, then T/L terms).
     """
     B, T, F = a.shape
+    if 1 < T <= tuning.SCAN_WHOLE:          # short sequences: the whole of it as one block
+        return _triangle(T, a, xp, reverse) @ a                                  # (B, T, F)
     L = tuning.SCAN_BLOCK                    # tokens per block (tostnp.backend.tuning)
     nb = T // L
     if nb < 2:
@@ -60,12 +63,8 @@ def _scan(a, xp, reverse: bool = False):
             return xp.flip(xp.cumulative_sum(xp.flip(a, axis=1), axis=1), axis=1)
         return xp.cumulative_sum(a, axis=1)
     T0 = nb * L
-    dev = device_of(a)
-    i = xp.arange(L, device=dev)
-    tri = xp.reshape(i, (L, 1)) >= xp.reshape(i, (1, L))                         # s <= t
-    tri = xp.astype(xp.matrix_transpose(tri) if reverse else tri, a.dtype)       # (L, L)
     main = a[:, :T0, :] if T0 < T else a
-    within = tri @ xp.reshape(main, (B, nb, L, F))                               # (B, nb, L, F)
+    within = _triangle(L, a, xp, reverse) @ xp.reshape(main, (B, nb, L, F))      # (B, nb, L, F)
     tot = within[:, :, 0 if reverse else L - 1, :]                               # (B, nb, F)
     carry = _exclusive(_scan(tot, xp, reverse), xp, reverse)   # sums of the OTHER blocks before
     within += xp.reshape(carry, (B, nb, 1, F))
@@ -78,6 +77,14 @@ def _scan(a, xp, reverse: bool = False):
     else:
         tail = tail + out[:, T0 - 1:, :]
     return xp.concat([out, tail], axis=1)
+
+
+def _triangle(L: int, a, xp, reverse: bool):
+    """The (L, L) matrix of ones on and below the diagonal (s <= t: row t sums tokens 0..t), or
+    above it with ``reverse`` (suffix sums), in a's dtype and on its device."""
+    i = xp.arange(L, device=device_of(a))
+    tri = xp.reshape(i, (L, 1)) >= xp.reshape(i, (1, L))                         # s <= t
+    return xp.astype(xp.matrix_transpose(tri) if reverse else tri, a.dtype)      # (L, L)
 
 
 def _exclusive(incl, xp, reverse: bool = False):
