@@ -79,12 +79,24 @@ def _scan(a, xp, reverse: bool = False):
     return xp.concat([out, tail], axis=1)
 
 
+_TRIANGLES: dict = {}
+
+
 def _triangle(L: int, a, xp, reverse: bool):
     """The (L, L) matrix of ones on and below the diagonal (s <= t: row t sums tokens 0..t), or
-    above it with ``reverse`` (suffix sums), in a's dtype and on its device."""
-    i = xp.arange(L, device=device_of(a))
-    tri = xp.reshape(i, (L, 1)) >= xp.reshape(i, (1, L))                         # s <= t
-    return xp.astype(xp.matrix_transpose(tri) if reverse else tri, a.dtype)      # (L, L)
+    above it with ``reverse`` (suffix sums), in a's dtype and on its device. Kept: a step asks
+    for the same few dozen times (read only; nothing writes into it)."""
+    dev = device_of(a)
+    key = (getattr(xp, "__name__", ""), str(dev), L, str(a.dtype), reverse)
+    tri = _TRIANGLES.get(key)
+    if tri is None:
+        if len(_TRIANGLES) > 32:
+            _TRIANGLES.clear()
+        i = xp.arange(L, device=dev)
+        tri = xp.reshape(i, (L, 1)) >= xp.reshape(i, (1, L))                     # s <= t
+        tri = _TRIANGLES[key] = xp.astype(xp.matrix_transpose(tri) if reverse else tri,
+                                          a.dtype)                               # (L, L)
+    return tri
 
 
 def _exclusive(incl, xp, reverse: bool = False):
