@@ -68,7 +68,12 @@ def sharded(fn, params: dict, arrays: tuple, xp, *, row_elements: int):
     parts = on_shards(lambda lo, hi: fn(params, *(a[lo:hi] for a in arrays)), bounds)
     weights = [(hi - lo) / B for lo, hi in bounds]
     loss = sum(w * part[0] for w, part in zip(weights, parts))
-    grads = {k: sum(w * part[1][k] for w, part in zip(weights, parts)) for k in parts[0][1]}
+    grads = {}
+    for k in parts[0][1]:            # the same sums as sum(w * g), without its extra copies
+        g = weights[0] * parts[0][1][k]
+        for w, part in zip(weights[1:], parts[1:]):
+            g += w * part[1][k]
+        grads[k] = g
     outs = [part[2] for part in parts]
     out = None if outs[0] is None else xp.concat(outs, axis=0)
     return loss, grads, out
