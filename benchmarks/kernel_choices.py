@@ -9,10 +9,12 @@ on the CPU at hand (docs/tuning.md cites a committed run):
   (32, 64, 128) and (32, 64, 4) arrays, as one (T, T) block and blocked;
 * the GELU's gate: 0.5 (1 + tanh u) (the kernel's form) against 1 / (1 + exp(-2u)), one piece;
 * the embedding's scatter-add: ``np.add.at`` against the sort + ``add.reduceat`` of
-  :func:`tostnp.backend.scatter_add`.
+  :func:`tostnp.backend.scatter_add`;
+* last, the two piece sizes in the default LM's and digits model's whole training steps, at 1
+  and 2 threads (wall time: the step's other threads count there).
 
-Times are CPU time of the calling thread (``time.thread_time``), BLAS on one thread: on a busy
-machine they move far less than wall time. Each figure is the third-best of 9 repeats.
+Kernel times are CPU time of the calling thread (``time.thread_time``), BLAS on one thread: on a
+busy machine they move far less than wall time. Each figure is the third-best of 9 repeats.
 
     python3 benchmarks/kernel_choices.py [--json FILE]
 """
@@ -78,6 +80,46 @@ def pieces(rng) -> list[dict]:
                       f"{row['ln_fwd_us']:6.0f}  bwd {row['ln_bwd_us']:6.0f}   GELU fwd "
                       f"{row['gelu_fwd_us']:6.0f}  bwd {row['gelu_bwd_us']:6.0f} us   as in a step "
                       f"{row['step_ms']:5.2f} ms", flush=True)
+    finally:
+        tuning.PIECES_MIN, tuning.CHUNK = old
+    return rows
+
+
+def steps() -> list[dict]:
+    """The default LM's and digits model's training steps (tostnp.bench.train_steps, as
+    `bench --train` times them) with the pieces before this sweep (1M / 128K) and after
+    (128K / 64K), the two toggled in one process, interleaved: wall ms, medians of 8 rounds."""
+    import statistics
+    from tostnp import backend
+    from tostnp.bench.train_steps import _lm_step, _vision_step
+    pairs = [(1 << 20, 1 << 17), (1 << 17, 1 << 16)]
+    rows = []
+    old = tuning.PIECES_MIN, tuning.CHUNK
+    try:
+        for threads in (1, 2):
+            with backend.threads(threads):
+                for make, n in ((_lm_step, 4), (_vision_step, 30)):
+                    st = make(np, np.float32, False, 0)
+                    for _ in range(3):
+                        st.run()
+                    times = {pair: [] for pair in pairs}
+                    for _ in range(8):
+                        for pair in pairs:
+                            tuning.PIECES_MIN, tuning.CHUNK = pair
+                            st.run()
+                            t0 = time.perf_counter()
+                            for _ in range(n):
+                                st.run()
+                            times[pair].append((time.perf_counter() - t0) / n * 1e3)
+                    row = {"step": st.name, "threads": threads,
+                           "ms": {f"{pm >> 10}K/{ch >> 10}K": statistics.median(v)
+                                  for (pm, ch), v in times.items()},
+                           "min_ms": {f"{pm >> 10}K/{ch >> 10}K": min(v)
+                                      for (pm, ch), v in times.items()}}
+                    rows.append(row)
+                    print(f"  {st.name:6s} step, {threads} thread(s), wall ms (median of 8; min): "
+                          + ", ".join(f"pieces {k}: {row['ms'][k]:.2f} ({row['min_ms'][k]:.2f})"
+                                      for k in row["ms"]), flush=True)
     finally:
         tuning.PIECES_MIN, tuning.CHUNK = old
     return rows
@@ -154,6 +196,7 @@ def main():
                    "gelu_gate": gelu_gate(rng), "scatter_add": scatter(rng)}
         finally:
             kernels.set_threads(old)
+    out["steps"] = steps()
     out["loadavg_end"] = os.getloadavg()
     if args.json:
         with open(args.json, "w", encoding="utf-8") as f:

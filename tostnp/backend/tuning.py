@@ -12,14 +12,14 @@ from __future__ import annotations
 # ---------------------------------------------------------------------------------------------
 # the NumPy fast path (tostnp.backend.kernels)
 # ---------------------------------------------------------------------------------------------
-# Elements per piece of a fused elementwise chain: 256 KiB of float32, so the chain's passes
-# re-read a piece from the core's cache (a sweep at the default LM's shapes, docs/tuning.md).
-CHUNK = 1 << 16
+# Elements per piece of a fused elementwise chain: 512 KiB of float32, so the chain's passes
+# re-read a piece from the core's cache (the best of a sweep, docs/tuning.md).
+CHUNK = 1 << 17
 
-# Arrays under this many elements (512 KiB of float32) run whole, on one thread: each piece
-# costs Python calls. From the LM's LayerNorm (2048 x 128) up, pieces were faster (a sweep,
-# docs/tuning.md).
-PIECES_MIN = 1 << 17
+# Arrays under this many elements (4 MiB of float32) run whole, on one thread: they sit in the
+# caches anyway and each piece costs Python calls (a sweep, docs/tuning.md; smaller pieces were
+# faster kernel by kernel on the Intel Xeon, but not measurably in a training step).
+PIECES_MIN = 1 << 20
 
 # Numbers per tiled row of kernels.add_rows (the bias add): k rows of C numbers are added to b
 # repeated k times, k = ADD_ROWS_TILE // C; faster than the plain broadcast add from 256
@@ -59,8 +59,8 @@ LAYER_SLICE_MIN_ELEMENTS = 1 << 18
 # and turns the sum into matmuls. (Also sets the float32 accuracy: sums of L, then T / L terms.)
 SCAN_BLOCK = 32
 # Sequences of at most this many tokens are one block: a single (T, T) triangular matmul, no
-# block totals (at T = 64, B = 32: 258 against 388 us for C = 128 and 15 against 42 us for the
-# 4 heads' sums; past 64 the blocked scan wins: docs/tuning.md).
+# block totals; faster at the default LM's 64 tokens, and one block's work grows as T^2, so
+# longer sequences keep the blocks (docs/tuning.md).
 SCAN_WHOLE = 64
 
 # ---------------------------------------------------------------------------------------------
