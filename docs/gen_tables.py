@@ -301,7 +301,7 @@ def results_table(_):
 
 
 def _duration(s):
-    return f"{s:.0f} s" if s < 300 else f"{s / 60:.0f} min"
+    return f"{s:.1f} s" if s < 10 else f"{s:.0f} s" if s < 300 else f"{s / 60:.0f} min"
 
 
 def durations(_):
@@ -327,7 +327,7 @@ def durations(_):
             cpu = m["cpu"] if m["cpu"] != "not recorded" else "CPU not recorded"
             load = "idle" if m["load"] == "idle" else f"load {m['load'].replace('-', '–')}"
             cells.append(f"**{t}**: {m['what']}; {cpu}, {m['cores']} cores, {load}; {src}")
-        rows.append([f"`{c['command']}`" if c["command"].startswith(("python3", "bash")) else
+        rows.append([f"`{c['command']}`" if c["command"].startswith(("python3", "bash", "pip ")) else
                      c["command"], "<br>".join(cells)])
     return ("From [`docs/results/durations.json`](docs/results/durations.json) (time: what was "
             "timed; CPU, 1-minute load average; source):\n\n"
