@@ -63,7 +63,7 @@ def main(argv=None) -> int:
         from .cli.options import how_to_run
         given = list(sys.argv[1:] if argv is None else argv)
         print(f"interrupted; start again with: {how_to_run(*given)}", file=sys.stderr)
-        return 130
+        return _interrupted_exit(130)
     from .train.loop import TrainingInterrupted, TrainingDiverged
     from .backend.budget import memory_limit
     try:
@@ -88,7 +88,7 @@ def main(argv=None) -> int:
         return 2
     except KeyboardInterrupt:
         print(f"interrupted; {_again(args, argv)}", file=sys.stderr)
-        return 130
+        return _interrupted_exit(130)
 
 
 def _output_any_locale() -> None:
@@ -100,6 +100,26 @@ def _output_any_locale() -> None:
             stream.reconfigure(errors="backslashreplace")
         except (AttributeError, ValueError, OSError):   # not a text stream of io's: leave it
             pass
+
+
+def _interrupted_exit(code: int) -> int:
+    """After a Ctrl-C outside the training loop's own handling. It may have landed inside a C
+    extension's import (matplotlib's, imported to draw the figures): the interpreter's own
+    shutdown can then crash in that half-initialised module ("Fatal Python error:
+    PyThreadState_Get ... finalizing", seen once in CI). As a program, leave at once, output
+    flushed: by now every file tostnp writes is complete or cleaned up (atomic writes finish or
+    remove their temporaries in ``finally`` blocks) and tostnp registers no exit handlers. When
+    :func:`main` is called from Python (tests) rather than through :func:`cli`, return the
+    code as usual."""
+    import os
+    if _PROGRAM:
+        for stream in (sys.stdout, sys.stderr):
+            try:
+                stream.flush()
+            except (OSError, ValueError):
+                pass
+        os._exit(code)
+    return code
 
 
 def _again(args, argv) -> str:
@@ -115,5 +135,16 @@ def _again(args, argv) -> str:
     return "start again with: " + how_to_run(*given)
 
 
+_PROGRAM = False          # set by cli(): this process is the command line itself
+
+
+def cli() -> int:
+    """The ``tostnp`` command and ``python -m tostnp``: :func:`main` as the program itself
+    (an interrupt may then end the process at once, :func:`_interrupted_exit`)."""
+    global _PROGRAM
+    _PROGRAM = True
+    return main()
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(cli())

@@ -31,6 +31,18 @@ def _quiet(kind, value, tb, _previous=sys.excepthook):
     _previous(kind, value, tb)
 
 
+def _unraisable(u, _previous=sys.unraisablehook):
+    """A Ctrl-C that lands inside a callback from C (threadpoolctl's ctypes callback while it
+    looks for BLAS, for one) cannot propagate: CPython prints "Exception ignored ..." with a
+    traceback and goes on as if no key was pressed. Deliver it again, where it can be handled
+    (the handler of this module or the training loop's), and print nothing."""
+    if u.exc_type is not None and issubclass(u.exc_type, KeyboardInterrupt):
+        _interrupted.append(signal.SIGINT)
+        signal.raise_signal(signal.SIGINT)
+        return
+    _previous(u)
+
+
 def running_as_program() -> bool:
     """Whether this process is the tostnp command line (and not a program importing tostnp)."""
     arg0 = sys.argv[0] if sys.argv else ""
@@ -49,6 +61,7 @@ def quiet_interrupts() -> None:
     if not running_as_program():
         return
     sys.excepthook = _quiet
+    sys.unraisablehook = _unraisable
     deferred = os.environ.pop(DEFERRED, None) == "1"
     current = signal.getsignal(signal.SIGINT)
     if current is signal.default_int_handler or (deferred and current is signal.SIG_IGN):
