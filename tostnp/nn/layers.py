@@ -272,13 +272,13 @@ def mlp_forward(x, params, gelu: str = "tanh"):
 
 
 def _mlp_forward(x, params, gelu: str = "tanh"):
-    gelu_fwd, gelu_bwd = _GELU_CORES[gelu]
     fast = backend.fused(backend.namespace(x)) if gelu == "tanh" else None
     if fast is not None:     # NumPy: b1 is added, and its gradient summed, inside the GELU's pieces
         h, c1 = _linear_forward(x, params["W1"])                   # (..., H) without b1
         a, s = fast.gelu_forward(h, params.get("b1"))              # h += b1, then the GELU
         c2 = (_gelu_bias_backward, (h, s, fast, "b1" in params))
     else:
+        gelu_fwd, gelu_bwd = _GELU_CORES[gelu]
         h, c1 = _linear_forward(x, params["W1"], params.get("b1"))    # (..., H)
         a, c2 = gelu_fwd(h)                                            # (..., H)
         c2 = (gelu_bwd, c2)
