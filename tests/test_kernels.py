@@ -408,6 +408,69 @@ def test_tssa_with_biases_matches_plain():
         assert set(gf) == set(gp) and all(rel(gf[k], gp[k]) < 1e-12 for k in gp)
 
 
+@pytest.mark.parametrize("B,N,C,h,chunk", [(2, 40, 12, 3, 60),    # token pieces of 5 (N >= C)
+                                             (5, 4, 12, 3, 100),    # 2 batch rows per piece
+                                             (3, 7, 16, 4, 16),     # one token per piece
+                                             (1, 33, 8, 2, 1 << 20)])  # one piece
+@pytest.mark.parametrize("bias", [True, False])
+def test_tssa_statistics_in_pieces_match_plain(monkeypatch, B, N, C, h, chunk, bias):
+    """The non-causal TSSA forward with its token statistics in pieces
+    (kernels.tssa_statistics, and y's bias inside its product, kernels.linear_ones) against the
+    plain path, forward and backward, in float64; and its quantities against the plain lines."""
+    from tostnp.nn import tssa
+    monkeypatch.setattr(tuning, "PIECES_MIN", 1)
+    monkeypatch.setattr(tuning, "CHUNK", chunk)
+    rng = np.random.default_rng(B * N + C)
+    x, dy = rng.standard_normal((B, N, C)), rng.standard_normal((B, N, C))
+    params = tssa.tssa_init(backend.RNG(2), np, C, h, bias=bias, dtype=np.float64, std=0.5)
+    params["temp"] = rng.uniform(0.5, 3.0, (h, 1))
+    if bias:
+        params["b_u"], params["b_o"] = rng.standard_normal(C), rng.standard_normal(C)
+    (yf, dxf, gf), (yp, dxp, gp) = both(lambda *a: tssa.tssa_forward(*a), tssa.tssa_backward,
+                                        (x, params, h), dy)
+    assert rel(yf, yp) < 1e-12 and rel(dxf, dxp) < 1e-12
+    assert set(gf) == set(gp) and all(rel(gf[k], gp[k]) < 1e-12 for k in gp)
+    # the kernel's quantities, one by one, against the plain lines written out here
+    w = x @ params["W_u"]
+    b_u = params.get("b_u")
+    S1, inv_S1, q, Pi, n_Pi, S2, a1 = kernels.tssa_statistics(
+        w.copy(), b_u, params["temp"], h, 1e-24, 1e-8, ones_column=True)
+    w = w + (b_u if bias else 0.0)
+    sq = w * w
+    p = C // h
+    q_want = np.einsum("bnkp,bkp->bnk", sq.reshape(B, N, h, p), (1.0 / sq.sum(1)).reshape(B, h, p))
+    e = np.exp(q_want * params["temp"][:, 0])
+    Pi_want = e / e.sum(-1, keepdims=True)
+    PiE = np.repeat(Pi_want, p, axis=-1)
+    assert rel(S1, sq.sum(1)) < 1e-13 and rel(q, q_want) < 1e-13 and rel(Pi, Pi_want) < 1e-13
+    assert rel(n_Pi, Pi_want.sum(1) + 1e-8) < 1e-13 and rel(S2, (PiE * sq).sum(1)) < 1e-13
+    assert a1.shape == (B, N, C + 1) and np.all(a1[..., C] == 1.0)
+    assert rel(a1[..., :C], w * PiE) < 1e-13
+
+
+def test_tssa_statistics_in_batch_slices_match_plain(monkeypatch):
+    """The pieces inside the batch slices (one per thread; y written into the layer's y)."""
+    from tostnp.nn import tssa
+    monkeypatch.setattr(tuning, "PIECES_MIN", 1)
+    monkeypatch.setattr(tuning, "CHUNK", 50)
+    monkeypatch.setattr(tuning, "LAYER_SLICE_MIN_ELEMENTS", 1)
+    monkeypatch.setattr(tssa, "spin_is_short", lambda: True)
+    rng = np.random.default_rng(5)
+    for N in (30, 6):                                    # N >= C: [a | 1]; N < C: the a r form
+        x, dy = rng.standard_normal((5, N, 10)), rng.standard_normal((5, N, 10))
+        params = tssa.tssa_init(backend.RNG(3), np, 10, 2, bias=True, dtype=np.float64, std=0.5)
+        params["b_u"], params["b_o"] = rng.standard_normal(10), rng.standard_normal(10)
+        with backend.threads(2):
+            y, cache = tssa.tssa_forward(x, params, 2)
+            dx, g = tssa.tssa_backward(dy, cache)
+        assert len(cache["slices"]) == 2
+        with plain():
+            y_p, c_p = tssa.tssa_forward(x, params, 2)
+            dx_p, g_p = tssa.tssa_backward(dy, c_p)
+        assert rel(y, y_p) < 1e-12 and rel(dx, dx_p) < 1e-12
+        assert all(rel(g[k], g_p[k]) < 1e-12 for k in g_p)
+
+
 def test_adamw_groups_only_for_models_up_to_the_limit(monkeypatch):
     """Above tuning.ADAMW_FLAT_MAX_ELEMENTS the update runs one call per parameter (no flat
     copies of a large model), with the same bits."""

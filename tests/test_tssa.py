@@ -240,11 +240,11 @@ def test_tssa_batch_slices_match_the_staged_reference(monkeypatch, threads, B):
     seen = []
     real = tssa.full_forward
 
-    def spy(xs, *a):
+    def spy(xs, *a, **kw):
         seen.append((threading.get_ident(), xs.shape[0], kernels.get_threads(),
                      [i["num_threads"] for i in threadpool_info()
                       if i["user_api"] == "blas" and "numpy" in i["filepath"]]))
-        return real(xs, *a)
+        return real(xs, *a, **kw)
     monkeypatch.setattr(tssa, "full_forward", spy)
     with backend.threads(threads):
         y, cache = tssa.tssa_forward(x, params, h)
@@ -302,7 +302,7 @@ def test_tssa_batch_slice_error_reaches_the_caller(monkeypatch):
     monkeypatch.setattr(tuning, "LAYER_SLICE_MIN_ELEMENTS", 1)
     monkeypatch.setattr(tssa, "spin_is_short", lambda: True)
 
-    def boom(xs, *a):
+    def boom(xs, *a, **kw):
         raise FloatingPointError(f"slice of {xs.shape[0]}")
     monkeypatch.setattr(tssa, "full_forward", boom)
     params = tssa.tssa_init(backend.RNG(0), np, 16, 2, dtype=np.float64)

@@ -52,7 +52,8 @@ from . import tuning
 
 __all__ = ["add_rows", "gelu_forward", "gelu_backward", "layer_norm_forward",
            "layer_norm_backward", "adamw_update", "softmax_cross_entropy_backward", "sum_leading",
-           "set_threads", "get_threads", "on_threads", "shard_bounds", "flat_zeros", "adamw_update_flat"]
+           "set_threads", "get_threads", "on_threads", "shard_bounds", "flat_zeros", "adamw_update_flat",
+           "matmul_into", "tssa_in_pieces", "tssa_statistics", "linear_ones"]
 
 # ---------------------------------------------------------------------------------------------
 # the piece executor: rows of an (M, L) view, in pieces of about tuning.CHUNK elements
@@ -334,6 +335,121 @@ def layer_norm_backward(dy, xhat, rstd, gamma, has_beta: bool = True):
         for part in parts[1:]:
             dbeta += part[1]
     return dx, dgamma, dbeta
+
+
+# ---------------------------------------------------------------------------------------------
+# non-causal TSSA: the token statistics between the layer's two matrix products
+# ---------------------------------------------------------------------------------------------
+def matmul_into(a, b, out):
+    """a @ b written into ``out`` (a view of a larger array: no copy of the product after)."""
+    return np.matmul(a, b, out=out)
+
+
+def tssa_in_pieces(B: int, N: int, C: int) -> bool:
+    """Whether :func:`tssa_statistics` pays for a w of shape (B, N, C): from
+    ``tuning.PIECES_MIN`` numbers on (smaller ones sit in the caches as they are)."""
+    return B * N * C >= tuning.PIECES_MIN
+
+
+def _token_pieces(B: int, N: int, C: int) -> list[tuple[int, int, int, int]]:
+    """Blocks (b0, b1, lo, hi) of about ``tuning.CHUNK`` numbers covering (B, N, C): token
+    ranges of one batch row for long sequences, whole rows together for short ones."""
+    rows = max(1, tuning.CHUNK // max(1, C))                    # tokens per piece
+    if N >= rows:
+        return [(b, b + 1, lo, min(lo + rows, N)) for b in range(B) for lo in range(0, N, rows)]
+    k = max(1, rows // max(1, N))
+    return [(b, min(b + k, B), 0, N) for b in range(0, B, k)]
+
+
+def tssa_statistics(w, b_u, temp, h: int, eps2: float, pi_eps: float, ones_column: bool = False):
+    """The non-causal TSSA forward from w = x @ W_u (B, N, C), its bias not yet added, to a:
+    the lines of :func:`tostnp.nn.tssa.full_forward` from ``sq = w * w`` to ``a = w Pi``,
+    with their names::
+
+        w   += b_u                 (in place; b_u (C,) or None)
+        S1   = sum_n w^2            inv_S1 = 1 / max(S1, eps2)                   (B, C)
+        q_nk = sum_{c in k} w_nc^2 inv_S1_c                                      (B, N, h)
+        Pi   = softmax_k(temp_k q_nk)      n_Pi = sum_n Pi + pi_eps              (B, N, h), (B, h)
+        S2_c = sum_n Pi_nk(c) w_nc^2       a = w Pi (per head)                   (B, C), (B, N, C)
+
+    Returns (S1, inv_S1, q, Pi, n_Pi, S2, a). With ``ones_column``, a is the first C columns
+    of a (B, N, C + 1) array whose last column is 1, returned instead: [a | 1] @ [W; b] is the
+    output projection with its bias added inside the product (:func:`linear_ones`).
+
+    Two passes over w in pieces of tokens (:func:`_token_pieces`), each chain on a piece that
+    sits in the core's cache: the first adds the bias and sums the squares, the second (which
+    needs S1 of every token) does the rest; w^2 is a piece-sized temporary, never a (B, N, C)
+    array. The plain lines sweep memory about ten times and write two (B, N, C) temporaries.
+    Runs on the calling thread (the layer's batch slices are already one per thread).
+    """
+    B, N, C = w.shape
+    p = C // h
+    dt = w.dtype
+    pieces = _token_pieces(B, N, C)
+    biggest = max((b1 - b0) * (hi - lo) for b0, b1, lo, hi in pieces)
+    t_buf = np.empty(biggest * C, dt)                            # w^2 of a piece
+    m_buf = np.empty(biggest, dt)                                # a per-token maximum / sum
+    ones = _ones(max(h, max(hi - lo for _, _, lo, hi in pieces)), dt)
+    S1 = np.zeros((B, C), dt)
+    for b0, b1, lo, hi in pieces:
+        wi = w[b0:b1, lo:hi]
+        if b_u is not None:
+            add_rows(wi, b_u)
+        t = t_buf[:wi.size].reshape(wi.shape)
+        np.multiply(wi, wi, out=t)
+        S1[b0:b1] += ones[:hi - lo] @ t                          # (nb, C)
+    inv_S1 = np.maximum(S1, eps2)
+    np.reciprocal(inv_S1, out=inv_S1)
+    inv_h = inv_S1.reshape(B, 1, h, p)
+    temp = temp.reshape(1, 1, h)
+    q = np.empty((B, N, h), dt)
+    Pi = np.empty((B, N, h), dt)
+    n_Pi = np.zeros((B, h), dt)
+    S2 = np.zeros((B, C), dt)
+    if ones_column:
+        a_buf = np.empty((B, N, C + 1), dt)
+        a_buf[..., C] = 1.0
+        a = a_buf[..., :C]
+    else:
+        a = a_buf = np.empty(w.shape, dt)
+    for b0, b1, lo, hi in pieces:
+        wi = w[b0:b1, lo:hi]
+        nb, n = wi.shape[0], wi.shape[1]
+        t = t_buf[:wi.size].reshape(wi.shape)
+        np.multiply(wi, wi, out=t)                               # sq
+        qi, e = q[b0:b1, lo:hi], Pi[b0:b1, lo:hi]                # (nb, n, h)
+        np.vecdot(t.reshape(nb, n, h, p), inv_h[b0:b1], out=qi)
+        np.multiply(qi, temp, out=e)
+        # softmax over the h heads: the maximum as h - 1 elementwise maxima of columns (NumPy
+        # reduces a short last axis element by element), the sum as a matrix-vector product
+        mx = m_buf[:nb * n].reshape(nb, n, 1)
+        np.maximum(e[..., 0:1], e[..., min(1, h - 1):min(2, h)], out=mx)
+        for k in range(2, h):
+            np.maximum(mx, e[..., k:k + 1], out=mx)
+        e -= mx
+        np.exp(e, out=e)
+        np.matmul(e, ones[:h], out=mx[..., 0])
+        e /= mx                                                  # Pi
+        n_Pi[b0:b1] += ones[:n] @ e
+        eT = np.ascontiguousarray(np.swapaxes(e, 1, 2))          # (nb, h, n)
+        for k in range(h):                                       # S2: a matrix-vector product
+            S2[b0:b1, k * p:(k + 1) * p] += (eT[:, k:k + 1] @ t[:, :, k * p:(k + 1) * p])[:, 0]
+        np.multiply(wi.reshape(nb, n, h, p), e[..., None],
+                    out=a[b0:b1, lo:hi].reshape(nb, n, h, p))    # a = w Pi
+    n_Pi += pi_eps
+    return S1, inv_S1, q, Pi, n_Pi, S2, (a_buf if ones_column else a)
+
+
+def linear_ones(a1, W, b, out=None):
+    """[a | 1] @ [W; b] = a @ W + b, the bias added inside the matrix product (one (.., C)
+    pass less). a1: (B, N, C + 1) whose last column is 1 (:func:`tssa_statistics` with
+    ``ones_column``); W: (C, D) or (B, C, D); b: (D,). y written into ``out`` when given."""
+    C = a1.shape[-1] - 1
+    lead = W.shape[:-2]
+    Wb = np.empty(lead + (C + 1, W.shape[-1]), W.dtype)
+    Wb[..., :C, :] = W
+    Wb[..., C, :] = b
+    return np.matmul(a1, Wb, out=out)
 
 
 # ---------------------------------------------------------------------------------------------

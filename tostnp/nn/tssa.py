@@ -91,10 +91,9 @@ def _tssa_forward(x, params, num_heads: int, causal: bool = False):
         bounds = batch_slices(x, xp)
         if len(bounds) > 1:
             return sliced_forward(x, params, h, p, xp, bounds)
-    w = project_in(x, params, xp)                    # (B, N, C)  both forms start here, eq-layer-w
     if causal:
-        return causal_forward(x, w, params, h, p, xp)
-    return full_forward(x, w, params, h, p, xp)
+        return causal_forward(x, project_in(x, params, xp), params, h, p, xp)   # eq-layer-w
+    return full_forward(x, params, h, p, xp)
 
 
 def tssa_backward(dy, cache):
@@ -124,48 +123,67 @@ def _tssa_backward(dy, cache):
 # --------------------------------------------------------------------------------------------
 # non-causal TSSA: forward and backward
 # --------------------------------------------------------------------------------------------
-def full_forward(x, w, params, h, p, xp):
-    """Non-causal TSSA from w = x @ W_u + b_u (B, N, C) -> (y, cache)."""
+def full_forward(x, params, h, p, xp, out=None):
+    """Non-causal TSSA of x (B, N, C) -> (y, cache). ``out``: a (B, N, C) NumPy array that
+    receives y (the batch slices write into the whole layer's y; NumPy fast path only)."""
     B, N, C = x.shape
     dt, dev = x.dtype, device_of(x)
     Et = xp.matrix_transpose(head_indicator(xp, C, h, dt, dev))                  # (h, C)
-    temp = xp.reshape(params["temp"], (1, 1, h))                                 # (1, 1, h)
+    fast = fused(xp)
+    a1 = None
+    if fast is not None and fast.tssa_in_pieces(B, N, C):
+        # the same lines, from w^2 to a = w Pi, in pieces of tokens that stay in cache
+        # (tostnp.backend.kernels.tssa_statistics); w's bias is added there. For long sequences
+        # a comes as [a | 1], so that y's bias is added inside its product (kernels.linear_ones)
+        w = project_in(x, params, xp, bias=False)                                # (B, N, C)
+        ones = N >= C and "b_o" in params
+        S1, inv_S1, q, Pi, n_Pi, S2, a = fast.tssa_statistics(
+            w, params.get("b_u"), params["temp"], h, NORM_EPS2, PI_EPS, ones_column=ones)
+        if ones:
+            a1, a = a, a[..., :C]
+    else:
+        w = project_in(x, params, xp)                             # (B, N, C)  eq-layer-w
+        temp = xp.reshape(params["temp"], (1, 1, h))                             # (1, 1, h)
+        sq = w * w                                                               # (B, N, C)
+        S1 = xp.sum(sq, axis=1)                                                  # (B, C)
+        inv_S1 = 1.0 / xp.clip(S1, min=NORM_EPS2)                                # (B, C)
+        # q_nk = sum_{c in k} sq_nc / S1_c: a dot product over each head's p coordinates
+        q = xp.vecdot(split_heads(sq, h, p, xp), xp.reshape(inv_S1, (B, 1, h, p)))  # (B, N, h)
+        Pi = softmax_heads(temp * q, xp)                             # (B, N, h)   eq-layer-pi
 
-    sq = w * w                                                                   # (B, N, C)
-    S1 = xp.sum(sq, axis=1)                                                      # (B, C)
-    inv_S1 = 1.0 / xp.clip(S1, min=NORM_EPS2)                                    # (B, C)
-    # q_nk = sum_{c in k} sq_nc / S1_c: a dot product over each head's p coordinates
-    q = xp.vecdot(split_heads(sq, h, p, xp), xp.reshape(inv_S1, (B, 1, h, p)))   # (B, N, h)
-    Pi = softmax_heads(temp * q, xp)                                 # (B, N, h)   eq-layer-pi
-
-    n_Pi = xp.sum(Pi, axis=1) + PI_EPS                                           # (B, h)
-    # S2_c = sum_n Pi_nk sq_nc (eq-layer-out): per-head matrix-vector products read sq once
-    # (the backward recomputes sq, which is cheaper than keeping it)
-    S2 = head_token_sums(Pi, sq, h, p, xp)                                       # (B, C)
-    # a = w Pi, written into sq's buffer (sq is not needed any more): a copy and an in-place
-    # product on warm memory beat a fresh array, whose pages fault on first touch
-    a, sq = sq, None
-    a[...] = w
-    a_h = split_heads(a, h, p, xp)                                               # a view of a
-    a_h *= per_coord(Pi, xp)                                                     # (B, N, C)  w Pi
+        n_Pi = xp.sum(Pi, axis=1) + PI_EPS                                       # (B, h)
+        # S2_c = sum_n Pi_nk sq_nc (eq-layer-out): per-head matrix-vector products read sq
+        # once (the backward recomputes sq, which is cheaper than keeping it)
+        S2 = head_token_sums(Pi, sq, h, p, xp)                                   # (B, C)
+        # a = w Pi, written into sq's buffer (sq is not needed any more): a copy and an
+        # in-place product on warm memory beat a fresh array, whose pages fault on first touch
+        a, sq = sq, None
+        a[...] = w
+        a_h = split_heads(a, h, p, xp)                                           # a view of a
+        a_h *= per_coord(Pi, xp)                                                 # (B, N, C)  w Pi
     m = S2 / (n_Pi @ Et)                                                         # (B, C)
     r = 1.0 / (1.0 + m)                                                          # (B, C)
 
     # out = -a r, y = out @ W_o + b_o (eq-layer-out). r is per coordinate here, so for long
     # sequences (N >= C) fold it into the weight, y = a @ (diag(-r) W_o): one C x C per batch
     # element instead of an (N, C) pass; for short ones the (N, C) pass is the smaller
-    W_eff = out = None
+    W_eff = a_r = None
     if N >= C:
         W_eff = xp.reshape(-r, (B, C, 1)) * params["W_o"]                        # (B, C, C)
-        y = a @ W_eff                                                            # (B, N, C)
+        if a1 is not None:                                       # y = [a | 1] @ [W_eff; b_o]
+            y = fast.linear_ones(a1, W_eff, params["b_o"], out)
+        else:
+            y = a @ W_eff if out is None else fast.matmul_into(a, W_eff, out)    # (B, N, C)
     else:
-        out = a * xp.reshape(-r, (B, 1, C))                                      # (B, N, C)
-        y = xp.reshape(xp.reshape(out, (B * N, C)) @ params["W_o"], (B, N, C))
-    if "b_o" in params:
+        a_r = a * xp.reshape(-r, (B, 1, C))                                      # (B, N, C)
+        a_r2, W_o = xp.reshape(a_r, (B * N, C)), params["W_o"]
+        y = xp.reshape(a_r2 @ W_o if out is None
+                       else fast.matmul_into(a_r2, W_o, xp.reshape(out, (B * N, C))), (B, N, C))
+    if "b_o" in params and a1 is None:
         add_bias(xp, y, params["b_o"])
     cache = {"causal": False, "x": x, "params": params, "h": h, "p": p,
              "w": w, "S1": S1, "inv_S1": inv_S1, "q": q, "n_Pi": n_Pi,
-             "m": m, "r": r, "a": a, "W_eff": W_eff, "out": out,
+             "m": m, "r": r, "a": a, "W_eff": W_eff, "out": a_r,
              "Pi": xp.permute_dims(Pi, (0, 2, 1))}                               # (B, h, N)
     return y, cache
 
@@ -252,9 +270,7 @@ def sliced_forward(x, params, h, p, xp, bounds):
     y = xp.empty(x.shape, dtype=x.dtype)
 
     def one(lo, hi):
-        y_s, cache_s = full_forward(x[lo:hi], project_in(x[lo:hi], params, xp), params, h, p, xp)
-        y[lo:hi, ...] = y_s
-        return cache_s
+        return full_forward(x[lo:hi], params, h, p, xp, out=y[lo:hi])[1]
     caches = on_shards(one, bounds)
     return y, {"causal": False, "x": x, "params": params, "h": h, "p": p,
                "slices": list(zip(bounds, caches)),

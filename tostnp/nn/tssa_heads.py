@@ -115,11 +115,12 @@ def merge_heads(a, xp):
 # --------------------------------------------------------------------------------------------
 # shared pieces, forward beside backward
 # --------------------------------------------------------------------------------------------
-def project_in(x, params, xp):
-    """w = x @ W_u + b_u (eq-layer-w). x: (B, N, C) -> w: (B, N, C)."""
+def project_in(x, params, xp, bias: bool = True):
+    """w = x @ W_u + b_u (eq-layer-w). x: (B, N, C) -> w: (B, N, C). ``bias=False`` leaves
+    b_u out, for a caller that adds it itself."""
     B, N, C = x.shape
     w = xp.reshape(xp.reshape(x, (B * N, C)) @ params["W_u"], (B, N, C))         # (B, N, C)
-    if "b_u" in params:
+    if bias and "b_u" in params:
         add_bias(xp, w, params["b_u"])
     return w
 
