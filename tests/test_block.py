@@ -146,3 +146,35 @@ def test_bad_inputs():
     _, cache = tost_block_forward(x, P, 2)
     with pytest.raises(ValueError, match=r"dy must have shape \(2, 5, 8\)"):
         tost_block_backward(x[:, :4], cache)
+
+
+@pytest.mark.parametrize("mixer", ["tssa", "tssa-uniform", "softmax", "flash", "linear"])
+@pytest.mark.parametrize("causal", [False, True])
+@pytest.mark.parametrize("bias,ln_bias", [(True, True), (False, True), (False, False)])
+def test_folded_block_matches_the_plain_block(mixer, causal, bias, ln_bias):
+    """The fast path's block (LayerNorm gamma/beta and LayerScale folded into the products,
+    tostnp/nn/block_fold.py) against the plain block, forward and backward, float64."""
+    from tostnp import backend
+    rng = np.random.default_rng(7)
+    x, G = rng.normal(size=(3, 9, 8)), rng.normal(size=(3, 9, 8))
+    P = tost_block_init(RNG(4), xp_np, 8, 2, causal=causal, max_len=9, bias=bias,
+                        ln_bias=ln_bias, mixer=mixer, dtype=xp_np.float64, std=0.4)
+    for k in P:                               # every entry random, the gammas away from 1
+        if not k.endswith(("W_u", "W_o", "W1", "W2", "W_qkv")):
+            P[k] = (1.0 if k.endswith(("gamma", "temp")) else 0.0) + 0.3 * rng.normal(size=P[k].shape)
+    out = []
+    for fast in (True, False):
+        old = backend.set_fast(fast)
+        try:
+            y, cache = tost_block_forward(x, P, 2, causal=causal, mixer=mixer)
+            dx, grads = tost_block_backward(G, cache)
+        finally:
+            backend.set_fast(old)
+        assert bool(cache.get("folded")) == fast
+        out.append((y, dx, grads))
+    (y, dx, g), (y_p, dx_p, g_p) = out
+    assert rel_err(y, y_p) < 1e-12 and rel_err(dx, dx_p) < 1e-12
+    assert set(g) == set(g_p) == set(P) - ({"tssa.temp", "tssa.denom_bias"}
+                                           if mixer == "tssa-uniform" else set())
+    for k in g_p:
+        assert g[k].shape == P[k].shape and rel_err(g[k], g_p[k]) < 1e-12, k

@@ -53,7 +53,8 @@ from . import tuning
 __all__ = ["add_rows", "gelu_forward", "gelu_backward", "layer_norm_forward",
            "layer_norm_backward", "adamw_update", "softmax_cross_entropy_backward", "sum_leading",
            "set_threads", "get_threads", "on_threads", "shard_bounds", "flat_zeros", "adamw_update_flat",
-           "matmul_into", "tssa_in_pieces", "tssa_statistics", "linear_ones"]
+           "matmul_into", "layer_norm_standardize",
+           "layer_norm_standardize_backward", "tssa_in_pieces", "tssa_statistics", "linear_ones"]
 
 # ---------------------------------------------------------------------------------------------
 # the piece executor: rows of an (M, L) view, in pieces of about tuning.CHUNK elements
@@ -335,6 +336,58 @@ def layer_norm_backward(dy, xhat, rstd, gamma, has_beta: bool = True):
         for part in parts[1:]:
             dbeta += part[1]
     return dx, dgamma, dbeta
+
+
+def layer_norm_standardize(x, eps: float):
+    """xhat = (x - mean) / sqrt(var + eps) and rstd, without a scale or shift -> (xhat, rstd):
+    the LayerNorm of a block whose gamma and beta are folded into the next matrix product
+    (:mod:`tostnp.nn.block_fold`), the statistics as in :func:`layer_norm_forward`."""
+    C = x.shape[-1]
+    x2 = _rows(x)
+    M = x2.shape[0]
+    xhat = np.empty(x.shape, x.dtype)
+    rstd = np.empty(x.shape[:-1] + (1,), x.dtype)
+    xh2, r2 = _rows(xhat), rstd.reshape(M, 1)
+
+    def piece(lo, hi):
+        xi, xh, ri = x2[lo:hi], xh2[lo:hi], r2[lo:hi]
+        mu = (xi @ _ones(C, xi.dtype))[:, None]                    # (rows, 1) C * mean
+        mu *= 1.0 / C
+        np.subtract(xi, mu, out=xh)                                # x - mu
+        ri[:, 0] = np.vecdot(xh, xh)                               # C * var
+        ri *= 1.0 / C
+        ri += eps
+        np.sqrt(ri, out=ri)
+        np.reciprocal(ri, out=ri)                                  # (rows, 1)
+        xh *= ri
+    _run_pieces(piece, M, C)
+    return xhat, rstd
+
+
+def layer_norm_standardize_backward(g, xhat, rstd):
+    """dx = rstd (g - mean(g) - xhat mean(g xhat)) for g = dLoss/dxhat: the backward of
+    :func:`layer_norm_standardize` (that of :func:`layer_norm_backward` with g = dy gamma)."""
+    C = g.shape[-1]
+    g2, xh2 = _rows(g), _rows(xhat)
+    M = g2.shape[0]
+    r2 = rstd.reshape(M, 1)
+    dx = np.empty(g.shape, np.result_type(g, xhat))
+    dx2 = dx.reshape(M, C)
+    ones = _ones(C, dx.dtype)
+
+    def piece(lo, hi):
+        gi, xh, dxi = g2[lo:hi], xh2[lo:hi], dx2[lo:hi]
+        p = np.multiply(gi, xh)                                    # (rows, C) g xhat
+        a = (gi @ ones)[:, None]                                   # (rows, 1) C mean(g)
+        b = (p @ ones)[:, None]                                    # (rows, 1) C mean(g xhat)
+        a *= 1.0 / C
+        b *= 1.0 / C
+        np.multiply(xh, b, out=p)                                  # xhat mean(g xhat)
+        np.subtract(gi, a, out=dxi)
+        dxi -= p
+        dxi *= r2[lo:hi]
+    _run_pieces(piece, M, C)
+    return dx
 
 
 # ---------------------------------------------------------------------------------------------

@@ -4,7 +4,10 @@ r"""The ToST block (book: eq-tiny-tost): pre-LayerNorm, TSSA, LayerScale, residu
     y  = x1 + gamma2 * MLP(LN2(x1))          MLP = Linear(C, H) -> GELU -> Linear(H, C), H = 4C
 
 Backward runs the same chain in reverse; each residual adds its two gradient paths
-(dx1 = dy + LN2-branch, dx = dx1 + LN1-branch). Parameters are one flat dict with dotted keys:
+(dx1 = dy + LN2-branch, dx = dx1 + LN1-branch). On the NumPy fast path the block runs the same
+maps with each LayerNorm's gamma and beta and each LayerScale folded into the weights of the
+products next to them (:mod:`tostnp.nn.block_fold`: fewer passes over the activations, fewer
+arrays kept); the code here is the specification it is tested against. Parameters are one flat dict with dotted keys:
 
     "ln1.gamma", "ln1.beta" (C,) opt    "tssa.W_u" (C, C), "tssa.b_u" (C,) opt, "tssa.temp" (h, 1),
     "tssa.W_o" (C, C), "tssa.b_o" (C,) opt, "tssa.denom_bias" (h, max_len, 1) [causal]
@@ -28,6 +31,8 @@ from .layers import (LN_EPS, _layer_norm_forward, layer_norm_backward, _mlp_forw
                      check_gelu)
 from .mixers import mixer_init, _mixer_forward, mixer_backward, check_mixer_input
 from .tssa_causal import _tssa_decode_init, _tssa_decode_step, check_decode_position
+from .block_fold import folded_forward, folded_backward
+from ..backend import namespace, fused
 
 __all__ = ["tost_block_forward", "tost_block_backward", "tost_block_init",
            "tost_block_decode_init", "tost_block_decode_step"]
@@ -73,6 +78,8 @@ def _tost_block_forward(x, params, num_heads: int, causal: bool, ln_eps: float, 
                         mixer: str):
     """:func:`tost_block_forward` without the checks (the caller checked its arguments)."""
     pre = mixer_prefix(mixer)
+    if fused(namespace(x)) is not None:   # NumPy: LN and LayerScale folded into the products
+        return folded_forward(x, params, num_heads, causal, ln_eps, gelu, mixer, pre)
     a, c_ln1 = _layer_norm_forward(x, params["ln1.gamma"], params.get("ln1.beta"), ln_eps)
     t, c_mix = _mixer_forward(mixer, a, sub(params, pre), num_heads, causal)  # (B, N, C)
     t, c_ls1 = _layer_scale_forward(t, params["ls1.gamma"])
@@ -99,6 +106,8 @@ def tost_block_backward(dy, cache):
 
 def _tost_block_backward(dy, cache):
     """:func:`tost_block_backward` without the checks."""
+    if cache.get("folded"):
+        return folded_backward(dy, cache)
     grads = {}
     dm, g = layer_scale_backward(dy, cache["ls2"])
     grads["ls2.gamma"] = g["gamma"]
