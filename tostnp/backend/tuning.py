@@ -16,10 +16,11 @@ from __future__ import annotations
 # re-read a piece from the core's cache (the best of a sweep, docs/tuning.md).
 CHUNK = 1 << 17
 
-# Arrays under this many elements (4 MiB of float32) run whole, on one thread: they sit in the
-# caches anyway and each piece costs Python calls (a sweep, docs/tuning.md; smaller pieces were
-# faster kernel by kernel on the Intel Xeon, but not measurably in a training step).
-PIECES_MIN = 1 << 20
+# Arrays under this many elements (1 MiB of float32) run whole, on one thread: they sit in a
+# core's cache anyway and each piece costs Python calls. 1M (the earlier value) left the LM's
+# MLP arrays in its shards (16 x 64 x 512) whole, larger than the Intel Xeon's 2 MiB L2; 256K
+# pieces them: the LM's step at 2 threads 3% faster, at 1 thread unchanged (docs/tuning.md).
+PIECES_MIN = 1 << 18
 
 # Numbers per tiled row of kernels.add_rows (the bias add): k rows of C numbers are added to b
 # repeated k times, k = ADD_ROWS_TILE // C; faster than the plain broadcast add from 256

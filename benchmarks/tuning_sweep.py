@@ -1,0 +1,84 @@
+#!/usr/bin/env python
+"""tuning_sweep.py -- one tuning constant (tostnp/backend/tuning.py) swept in a default training
+step, the candidates interleaved in one process.
+
+    PYTHONPATH=. python3 benchmarks/tuning_sweep.py lm 2 PIECES_MIN 262144 524288 1048576 \
+        [--rounds 7] [--steps 8] [--out docs/bench/tuning_PIECES_MIN_lm_2t.json]
+
+The step is the one ``bench --train`` times (tostnp.bench.train_steps: the default LM or digits
+model, its batch in shards where training shards it, AdamW). Each round runs every candidate
+once, in an order reversed every other round: the constant is set, one step runs unmeasured,
+then ``--steps`` steps are timed. It prints, and with ``--out`` writes, the median seconds per
+step of each candidate over the rounds, with the CPU, the BLAS and the load average. Run it on
+an otherwise idle machine; differences of a percent or two are noise.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+
+if __name__ == "__main__":
+    sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+import tostnp  # noqa: E402,F401  (first: sets OpenBLAS's spin before NumPy loads it)
+import numpy as np  # noqa: E402
+
+from tostnp import backend  # noqa: E402
+from tostnp.backend import tuning  # noqa: E402
+from tostnp.bench.machine import machine_info  # noqa: E402
+from tostnp.bench.train_steps import _lm_step, _vision_step  # noqa: E402
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("step", choices=["lm", "vision"])
+    ap.add_argument("threads", type=int)
+    ap.add_argument("constant", help="a name in tostnp/backend/tuning.py")
+    ap.add_argument("values", type=int, nargs="+")
+    ap.add_argument("--rounds", type=int, default=7)
+    ap.add_argument("--steps", type=int, default=8)
+    ap.add_argument("--out", default=None)
+    a = ap.parse_args(argv)
+    if not hasattr(tuning, a.constant) or a.constant.startswith("_"):
+        ap.error(f"constant: {a.constant!r} is not in tostnp/backend/tuning.py")
+    if a.threads < 1 or a.rounds < 1 or a.steps < 1:
+        ap.error("threads, --rounds and --steps must be at least 1")
+    backend.keep_freed_memory()                    # as training runs
+    old = getattr(tuning, a.constant)
+    times = {v: [] for v in a.values}
+    load_before = os.getloadavg()
+    with backend.threads(a.threads):
+        st = (_lm_step if a.step == "lm" else _vision_step)(np, np.float32, False, 0)
+        for _ in range(3):
+            st.run()
+        try:
+            for r in range(a.rounds):
+                for v in (a.values if r % 2 == 0 else a.values[::-1]):
+                    setattr(tuning, a.constant, v)
+                    st.run()
+                    t0 = time.perf_counter()
+                    for _ in range(a.steps):
+                        st.run()
+                    times[v].append((time.perf_counter() - t0) / a.steps)
+        finally:
+            setattr(tuning, a.constant, old)
+    res = {"step": st.desc, "threads": a.threads, "constant": a.constant,
+           "median_step_s": {str(v): float(np.median(t)) for v, t in times.items()},
+           "rounds": a.rounds, "steps_per_round": a.steps, "per_round_s":
+           {str(v): t for v, t in times.items()}, "machine": machine_info(),
+           "load_before": load_before, "load_after": os.getloadavg(),
+           "command": "python3 benchmarks/tuning_sweep.py " + " ".join(sys.argv[1:])}
+    for v in a.values:
+        print(f"{a.constant} = {v:>10}: {res['median_step_s'][str(v)] * 1e3:8.2f} ms per step")
+    if a.out:
+        with open(a.out, "w") as f:
+            json.dump(res, f, indent=1)
+        print(f"wrote {a.out}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
