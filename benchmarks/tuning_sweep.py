@@ -6,7 +6,9 @@ step, the candidates interleaved in one process.
         [--rounds 7] [--steps 8] [--out docs/bench/tuning_PIECES_MIN_lm_2t.json]
 
 The step is the one ``bench --train`` times (tostnp.bench.train_steps: the default LM or digits
-model, its batch in shards where training shards it, AdamW). Each round runs every candidate
+model, its batch in shards where training shards it, AdamW), or with ``tssa`` the non-causal
+TSSA layer's forward at the shape of ``bench``'s targets (B 4, N 4096, C 384, 6 heads, float32),
+beside its two matrix products (x @ W twice on (B N, C) x (C, C)), timed in the same rounds. Each round runs every candidate
 once, in an order reversed every other round: the constant is set, one step runs unmeasured,
 then ``--steps`` steps are timed. It prints, and with ``--out`` writes, the median seconds per
 step of each candidate over the rounds, with the CPU, the BLAS and the load average. Run it on
@@ -32,9 +34,31 @@ from tostnp.bench.machine import machine_info  # noqa: E402
 from tostnp.bench.train_steps import _lm_step, _vision_step  # noqa: E402
 
 
+def _step(name):
+    """(a thunk that runs one step, its description)."""
+    if name == "tssa":
+        from tostnp.nn import tssa
+        B, N, C, h = 4, 4096, 384, 6
+        rng = backend.RNG(0)
+        x = rng.normal(np, (B, N, C), np.float32)
+        params = tssa.tssa_init(rng, np, C, h, dtype=np.float32)
+        return (lambda: tssa.tssa_forward(x, params, h)), \
+            f"TSSA forward (non-causal), B {B} N {N} C {C} h {h}, float32"
+    st = (_lm_step if name == "lm" else _vision_step)(np, np.float32, False, 0)
+    return st.run, st.desc
+
+
+def _tssa_products():
+    """The TSSA forward's two matrix products at its shape (the reference of its target)."""
+    rng = backend.RNG(1)
+    x = rng.normal(np, (4 * 4096, 384), np.float32)
+    W1, W2 = (rng.normal(np, (384, 384), np.float32, std=0.02) for _ in range(2))
+    return lambda: (x @ W1, x @ W2)
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("step", choices=["lm", "vision"])
+    ap.add_argument("step", choices=["lm", "vision", "tssa"])
     ap.add_argument("threads", type=int)
     ap.add_argument("constant", help="a name in tostnp/backend/tuning.py")
     ap.add_argument("values", type=int, nargs="+")
@@ -51,28 +75,37 @@ def main(argv=None) -> int:
     times = {v: [] for v in a.values}
     load_before = os.getloadavg()
     with backend.threads(a.threads):
-        st = (_lm_step if a.step == "lm" else _vision_step)(np, np.float32, False, 0)
+        run, desc = _step(a.step)
+        ref = _tssa_products() if a.step == "tssa" else None
+        cands = list(a.values) + ([None] if ref else [])          # None: the products
+        times[None] = []
         for _ in range(3):
-            st.run()
+            run()
         try:
             for r in range(a.rounds):
-                for v in (a.values if r % 2 == 0 else a.values[::-1]):
-                    setattr(tuning, a.constant, v)
-                    st.run()
+                for v in (cands if r % 2 == 0 else cands[::-1]):
+                    if v is not None:
+                        setattr(tuning, a.constant, v)
+                    f = run if v is not None else ref
+                    f()
                     t0 = time.perf_counter()
                     for _ in range(a.steps):
-                        st.run()
+                        f()
                     times[v].append((time.perf_counter() - t0) / a.steps)
         finally:
             setattr(tuning, a.constant, old)
-    res = {"step": st.desc, "threads": a.threads, "constant": a.constant,
+    ref_s = float(np.median(times.pop(None))) if ref else None
+    res = {"step": desc, "threads": a.threads, "constant": a.constant,
            "median_step_s": {str(v): float(np.median(t)) for v, t in times.items()},
+           "products_s": ref_s,
            "rounds": a.rounds, "steps_per_round": a.steps, "per_round_s":
            {str(v): t for v, t in times.items()}, "machine": machine_info(),
            "load_before": load_before, "load_after": os.getloadavg(),
            "command": "python3 benchmarks/tuning_sweep.py " + " ".join(sys.argv[1:])}
     for v in a.values:
-        print(f"{a.constant} = {v:>10}: {res['median_step_s'][str(v)] * 1e3:8.2f} ms per step")
+        t = res["median_step_s"][str(v)]
+        print(f"{a.constant} = {v:>10}: {t * 1e3:8.2f} ms per step"
+              + (f" ({t / ref_s:.3f}x its two products, {ref_s * 1e3:.2f} ms)" if ref else ""))
     if a.out:
         with open(a.out, "w") as f:
             json.dump(res, f, indent=1)

@@ -419,7 +419,7 @@ def test_tssa_statistics_in_pieces_match_plain(monkeypatch, B, N, C, h, chunk, b
     plain path, forward and backward, in float64; and its quantities against the plain lines."""
     from tostnp.nn import tssa
     monkeypatch.setattr(tuning, "PIECES_MIN", 1)
-    monkeypatch.setattr(tuning, "CHUNK", chunk)
+    monkeypatch.setattr(tuning, "TSSA_PIECE", chunk)
     rng = np.random.default_rng(B * N + C)
     x, dy = rng.standard_normal((B, N, C)), rng.standard_normal((B, N, C))
     params = tssa.tssa_init(backend.RNG(2), np, C, h, bias=bias, dtype=np.float64, std=0.5)
@@ -452,7 +452,7 @@ def test_tssa_statistics_in_batch_slices_match_plain(monkeypatch):
     """The pieces inside the batch slices (one per thread; y written into the layer's y)."""
     from tostnp.nn import tssa
     monkeypatch.setattr(tuning, "PIECES_MIN", 1)
-    monkeypatch.setattr(tuning, "CHUNK", 50)
+    monkeypatch.setattr(tuning, "TSSA_PIECE", 50)
     monkeypatch.setattr(tuning, "LAYER_SLICE_MIN_ELEMENTS", 1)
     monkeypatch.setattr(tssa, "spin_is_short", lambda: True)
     rng = np.random.default_rng(5)

@@ -405,9 +405,9 @@ def tssa_in_pieces(B: int, N: int, C: int) -> bool:
 
 
 def _token_pieces(B: int, N: int, C: int) -> list[tuple[int, int, int, int]]:
-    """Blocks (b0, b1, lo, hi) of about ``tuning.CHUNK`` numbers covering (B, N, C): token
+    """Blocks (b0, b1, lo, hi) of about ``tuning.TSSA_PIECE`` numbers covering (B, N, C): token
     ranges of one batch row for long sequences, whole rows together for short ones."""
-    rows = max(1, tuning.CHUNK // max(1, C))                    # tokens per piece
+    rows = max(1, tuning.TSSA_PIECE // max(1, C))               # tokens per piece
     if N >= rows:
         return [(b, b + 1, lo, min(lo + rows, N)) for b in range(B) for lo in range(0, N, rows)]
     k = max(1, rows // max(1, N))
