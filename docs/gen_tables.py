@@ -172,27 +172,35 @@ def speed_by_cpu(_):
         if "timing" in d:
             key = (d["env"].get("cpu", "?"), tuple(d["env"]["blas"]))
             runs.setdefault(key, []).append((max(d["env"]["loadavg_start"][:2]) <= 1.5, rel, d))
-    rows = []
+    rows, misses = [], []
     for (cpu, blas), rs in sorted(runs.items()):
         idle = any(r[0] for r in rs)
         rs = sorted((r for r in rs if r[0] == idle), key=lambda r: r[2]["env"]["date"])
-        cells, used = [], []
-        for b, _ in PEER_BENCHES:
+        cells, used, slower = [], [], []
+        for b, label in PEER_BENCHES:
             for th in ("1", "2"):
                 have = [r for r in rs if b in r[2]["timing"].get(th, {})]
                 cells.append(_peer_cell(have[-1][2]["timing"][th][b]) if have else "—")
+                ratio = have[-1][2]["timing"][th][b]["ratio_of_medians"] if have else None
+                if ratio is not None and ratio > 1.0 and idle:
+                    slower.append(f"{label.split()[-1]} at {th} thread{'s' * (th != '1')} "
+                                  f"({ratio:.2f}×)")
                 if have and have[-1] not in used:
                     used.append(have[-1])
         loads = [x for _, _, d in used for x in (d["env"]["loadavg_start"][0],
                                                  d["env"]["loadavg_end"][0])]
         load = f"load {min(loads):.1f}–{max(loads):.1f}" if loads else ""
+        if idle:
+            misses.append(f"{cpu} ({'; '.join(blas)}): "
+                          + (", ".join(slower) if slower else "none"))
         rows.append([f"{cpu}, {rs[-1][2]['env']['host_cpus']} CPUs", "; ".join(blas), *cells,
                      f"idle ({load})" if idle
                      else f"**measured under shared load** ({load}): not a speed claim",
                      ", ".join(f"[`{os.path.basename(rel)}`]({rel})" for _, rel, _ in used)])
     return _table(["CPU", "NumPy's BLAS", "LM, 1 thread", "LM, 2 threads", "digits, 1 thread",
                    "digits, 2 threads", "conditions", "files"], rows,
-                  ["---", "---", "---:", "---:", "---:", "---:", "---", "---"])
+                  ["---", "---", "---:", "---:", "---:", "---:", "---", "---"]) \
+        + "\n\nSlower than PyTorch (above 1.0×) in the idle runs above: " + "; ".join(misses) + "."
 
 
 def peer_anatomy(_):
