@@ -89,7 +89,10 @@ def test_lm_walk_is_short_and_validates_once():
     cfg, params = _lm(depth=4)
     ids = _ids()
     stays, rooms, entries = walk(lambda: lm_forward(ids, params, cfg))
-    assert len(stays) <= 20, " -> ".join(stays)
+    # 18 stays before the block on NumPy folded its LayerNorms' and LayerScales' weights into
+    # its products (nn/block_fold.py: one module more on the way, and the folded LayerNorm
+    # shift becomes the TSSA input bias, whose add enters backend/ once more): 21
+    assert len(stays) <= 21, " -> ".join(stays)
     assert entries and max(entries.values()) == 1, entries
     assert set(entries) >= {"check_token_ids", "check_params"}
 

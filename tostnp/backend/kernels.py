@@ -53,8 +53,7 @@ from . import tuning
 __all__ = ["add_rows", "gelu_forward", "gelu_backward", "layer_norm_forward",
            "layer_norm_backward", "adamw_update", "softmax_cross_entropy_backward", "sum_leading",
            "set_threads", "get_threads", "on_threads", "shard_bounds", "flat_zeros", "adamw_update_flat",
-           "matmul_into", "layer_norm_standardize",
-           "layer_norm_standardize_backward", "tssa_in_pieces", "tssa_statistics", "linear_ones"]
+           "matmul_into", "tssa_in_pieces", "tssa_statistics", "linear_ones"]
 
 # ---------------------------------------------------------------------------------------------
 # the piece executor: rows of an (M, L) view, in pieces of about tuning.CHUNK elements
@@ -268,12 +267,15 @@ def gelu_backward(dy, x, s, bias_grad: bool = False):
 def layer_norm_forward(x, gamma, beta, eps: float):
     """y = (x - mean) / sqrt(var + eps) * gamma + beta (beta None: no shift) -> (y, xhat, rstd).
 
-    x: (..., C); the variance is a row-wise dot product (no squared temporary).
+    x: (..., C); the variance is a row-wise dot product (no squared temporary). gamma None
+    (then beta None too): no scale and no shift, y is xhat itself (the block's LayerNorms whose
+    gamma and beta are folded into the next product, :mod:`tostnp.nn.block_fold`).
     """
     C = x.shape[-1]
     x2 = _rows(x)
     M = x2.shape[0]
-    y, xhat = np.empty(x.shape, x.dtype), np.empty(x.shape, x.dtype)
+    xhat = np.empty(x.shape, x.dtype)
+    y = xhat if gamma is None else np.empty(x.shape, x.dtype)
     rstd = np.empty(x.shape[:-1] + (1,), x.dtype)
     y2, xh2, r2 = _rows(y), _rows(xhat), rstd.reshape(M, 1)
 
@@ -288,6 +290,8 @@ def layer_norm_forward(x, gamma, beta, eps: float):
         np.sqrt(ri, out=ri)
         np.reciprocal(ri, out=ri)                                  # (rows, 1)
         xh *= ri
+        if gamma is None:
+            return
         yi = y2[lo:hi]
         np.multiply(xh, gamma, out=yi)
         if beta is not None:
@@ -298,7 +302,8 @@ def layer_norm_forward(x, gamma, beta, eps: float):
 
 def layer_norm_backward(dy, xhat, rstd, gamma, has_beta: bool = True):
     """dx = rstd (g - mean(g) - xhat mean(g xhat)), g = dy gamma -> (dx, dgamma, dbeta);
-    dbeta is None when ``has_beta`` is False.
+    dbeta is None when ``has_beta`` is False. gamma None (no scale, no shift): g = dy, and
+    dgamma and dbeta are None.
 
     The two row means are matrix-vector products with gamma (mean(g) = dy @ gamma / C and
     mean(g xhat) = (dy xhat) @ gamma / C), so per piece only dy * xhat and dx are written;
@@ -311,22 +316,29 @@ def layer_norm_backward(dy, xhat, rstd, gamma, has_beta: bool = True):
     dx = np.empty(dy.shape, np.result_type(dy, xhat))
     dx2 = dx.reshape(M, C)
 
+    scale = _ones(C, dx.dtype) if gamma is None else gamma
+
     def piece(lo, hi):
         dyi, xh, dxi = dy2[lo:hi], xh2[lo:hi], dx2[lo:hi]
         p = np.multiply(dyi, xh)                                   # (rows, C) dy xhat
-        dgamma = sum_leading(p)                                    # (C,) this piece's part
+        dgamma = None if gamma is None else sum_leading(p)         # (C,) this piece's part
         dbeta = sum_leading(dyi) if has_beta else None
-        a = (dyi @ gamma)[:, None]                                 # (rows, 1) C mean(g)
-        b = (p @ gamma)[:, None]                                   # (rows, 1) C mean(g xhat)
+        a = (dyi @ scale)[:, None]                                 # (rows, 1) C mean(g)
+        b = (p @ scale)[:, None]                                   # (rows, 1) C mean(g xhat)
         a *= 1.0 / C
         b *= 1.0 / C
         np.multiply(xh, b, out=p)                                  # xhat mean(g xhat)
-        np.multiply(dyi, gamma, out=dxi)                           # g
-        dxi -= a
+        if gamma is None:
+            np.subtract(dyi, a, out=dxi)                           # g - mean(g)
+        else:
+            np.multiply(dyi, gamma, out=dxi)                       # g
+            dxi -= a
         dxi -= p
         dxi *= r2[lo:hi]
         return dgamma, dbeta
     parts = _run_pieces(piece, M, C)
+    if gamma is None:
+        return dx, None, None
     dgamma = parts[0][0]
     for part in parts[1:]:
         dgamma += part[0]
@@ -336,58 +348,6 @@ def layer_norm_backward(dy, xhat, rstd, gamma, has_beta: bool = True):
         for part in parts[1:]:
             dbeta += part[1]
     return dx, dgamma, dbeta
-
-
-def layer_norm_standardize(x, eps: float):
-    """xhat = (x - mean) / sqrt(var + eps) and rstd, without a scale or shift -> (xhat, rstd):
-    the LayerNorm of a block whose gamma and beta are folded into the next matrix product
-    (:mod:`tostnp.nn.block_fold`), the statistics as in :func:`layer_norm_forward`."""
-    C = x.shape[-1]
-    x2 = _rows(x)
-    M = x2.shape[0]
-    xhat = np.empty(x.shape, x.dtype)
-    rstd = np.empty(x.shape[:-1] + (1,), x.dtype)
-    xh2, r2 = _rows(xhat), rstd.reshape(M, 1)
-
-    def piece(lo, hi):
-        xi, xh, ri = x2[lo:hi], xh2[lo:hi], r2[lo:hi]
-        mu = (xi @ _ones(C, xi.dtype))[:, None]                    # (rows, 1) C * mean
-        mu *= 1.0 / C
-        np.subtract(xi, mu, out=xh)                                # x - mu
-        ri[:, 0] = np.vecdot(xh, xh)                               # C * var
-        ri *= 1.0 / C
-        ri += eps
-        np.sqrt(ri, out=ri)
-        np.reciprocal(ri, out=ri)                                  # (rows, 1)
-        xh *= ri
-    _run_pieces(piece, M, C)
-    return xhat, rstd
-
-
-def layer_norm_standardize_backward(g, xhat, rstd):
-    """dx = rstd (g - mean(g) - xhat mean(g xhat)) for g = dLoss/dxhat: the backward of
-    :func:`layer_norm_standardize` (that of :func:`layer_norm_backward` with g = dy gamma)."""
-    C = g.shape[-1]
-    g2, xh2 = _rows(g), _rows(xhat)
-    M = g2.shape[0]
-    r2 = rstd.reshape(M, 1)
-    dx = np.empty(g.shape, np.result_type(g, xhat))
-    dx2 = dx.reshape(M, C)
-    ones = _ones(C, dx.dtype)
-
-    def piece(lo, hi):
-        gi, xh, dxi = g2[lo:hi], xh2[lo:hi], dx2[lo:hi]
-        p = np.multiply(gi, xh)                                    # (rows, C) g xhat
-        a = (gi @ ones)[:, None]                                   # (rows, 1) C mean(g)
-        b = (p @ ones)[:, None]                                    # (rows, 1) C mean(g xhat)
-        a *= 1.0 / C
-        b *= 1.0 / C
-        np.multiply(xh, b, out=p)                                  # xhat mean(g xhat)
-        np.subtract(gi, a, out=dxi)
-        dxi -= p
-        dxi *= r2[lo:hi]
-    _run_pieces(piece, M, C)
-    return dx
 
 
 # ---------------------------------------------------------------------------------------------

@@ -29,9 +29,9 @@ tests/test_block.py checks this one against it in float64.
 """
 from __future__ import annotations
 
-from ..backend import namespace, fused
+from ..backend import namespace
 from .params import sub, prefixed
-from .layers import _mlp_forward, mlp_backward
+from .layers import _layer_norm_forward, layer_norm_backward, _mlp_forward, mlp_backward
 from .mixers import _mixer_forward, mixer_backward
 
 __all__ = ["folded_forward", "folded_backward"]
@@ -83,20 +83,21 @@ def folded_forward(x, params, num_heads: int, causal: bool, ln_eps: float, gelu:
                    mixer: str, pre: str):
     """The block's forward with the folds above -> (y, cache) for :func:`folded_backward`."""
     xp = namespace(x)
-    fast = fused(xp)
     beta1, beta2 = params.get("ln1.beta"), params.get("ln2.beta")
-    P_mix, P_mlp = sub(params, pre), sub(params, "mlp")
-    xhat1, rstd1 = fast.layer_norm_standardize(x, ln_eps)
-    Q_mix = _fold(xp, P_mix, _KEYS[pre], params["ln1.gamma"], beta1, params["ls1.gamma"])
+    Q_mix = _fold(xp, sub(params, pre), _KEYS[pre], params["ln1.gamma"], beta1,
+                  params["ls1.gamma"])
+    Q_mlp = _fold(xp, sub(params, "mlp"), _KEYS["mlp"], params["ln2.gamma"], beta2,
+                  params["ls2.gamma"])
+    # the mixer and the MLP return fresh arrays that their caches do not hold: added to in place
+    xhat1, c_ln1 = _layer_norm_forward(x, None, None, ln_eps)             # no scale, no shift
     t, c_mix = _mixer_forward(mixer, xhat1, Q_mix, num_heads, causal)     # ls1 * mixer(LN1(x))
     t += x
     x1 = t                                                                # residual 1
-    xhat2, rstd2 = fast.layer_norm_standardize(x1, ln_eps)
-    Q_mlp = _fold(xp, P_mlp, _KEYS["mlp"], params["ln2.gamma"], beta2, params["ls2.gamma"])
+    xhat2, c_ln2 = _layer_norm_forward(x1, None, None, ln_eps)
     m, c_mlp = _mlp_forward(xhat2, Q_mlp, gelu)                           # ls2 * MLP(LN2(x1))
     m += x1
-    cache = {"folded": True, "mixer": c_mix, "mlp": c_mlp, "ln1": (xhat1, rstd1),
-             "ln2": (xhat2, rstd2), "params": params, "pre": pre, "shape": tuple(x.shape),
+    cache = {"folded": True, "mixer": c_mix, "mlp": c_mlp, "ln1": c_ln1,
+             "ln2": c_ln2, "params": params, "pre": pre, "shape": tuple(x.shape),
              "Pi": c_mix["Pi"], "prefix": pre}
     if causal and c_mix["decode_state"] is not None:
         cache["decode_state"] = {"tssa": c_mix["decode_state"]}
@@ -106,7 +107,6 @@ def folded_forward(x, params, num_heads: int, causal: bool, ln_eps: float, gelu:
 def folded_backward(dy, cache):
     """dy: (B, N, C) -> dx (B, N, C), grads with the block's dotted keys."""
     xp = namespace(dy)
-    fast = fused(xp)
     params, pre = cache["params"], cache["pre"]
     beta1, beta2 = params.get("ln1.beta"), params.get("ln2.beta")
     grads = {}
@@ -117,7 +117,7 @@ def folded_backward(dy, cache):
     grads["ln2.gamma"], grads["ls2.gamma"] = dgamma, ds
     if beta2 is not None:
         grads["ln2.beta"] = dbeta
-    dx1 = fast.layer_norm_standardize_backward(dxhat2, *cache["ln2"])
+    dx1, _ = layer_norm_backward(dxhat2, cache["ln2"])
     dx1 += dy                                                             # residual 2
     dxhat1, G = mixer_backward(dx1, cache["mixer"])
     g, dgamma, dbeta, ds = _unfold(xp, G, sub(params, pre), _KEYS[pre],
@@ -126,6 +126,6 @@ def folded_backward(dy, cache):
     grads["ln1.gamma"], grads["ls1.gamma"] = dgamma, ds
     if beta1 is not None:
         grads["ln1.beta"] = dbeta
-    dx = fast.layer_norm_standardize_backward(dxhat1, *cache["ln1"])
+    dx, _ = layer_norm_backward(dxhat1, cache["ln1"])
     dx += dx1                                                             # residual 1
     return dx, grads

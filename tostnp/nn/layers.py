@@ -133,6 +133,8 @@ def layer_norm_forward(x, gamma, beta, eps=LN_EPS):
 
 
 def _layer_norm_forward(x, gamma, beta, eps):
+    """:func:`layer_norm_forward` without the checks. gamma None (beta None too): no scale and
+    no shift, y is xhat (a LayerNorm whose affine map is folded into the next product)."""
     xp = backend.namespace(x)
     fast = backend.fused(xp)
     if fast is not None:                         # NumPy: same y, fewer passes (tostnp.backend.kernels)
@@ -143,6 +145,8 @@ def _layer_norm_forward(x, gamma, beta, eps):
     var = xp.mean(xc * xc, axis=-1, keepdims=True)                 # (..., 1)
     rstd = 1.0 / xp.sqrt(var + eps)                                # (..., 1)
     xhat = xc * rstd                                               # (..., C)
+    if gamma is None:
+        return xhat, (xhat, rstd, None, False, None)
     y = xhat * gamma                                               # (..., C)
     if beta is not None:
         y = y + beta
@@ -157,12 +161,16 @@ def layer_norm_backward(dy, cache):
     xhat, rstd, gamma, has_beta, fast = cache
     if fast is not None:
         dx, dgamma, dbeta = fast.layer_norm_backward(dy, xhat, rstd, gamma, has_beta)
+        if gamma is None:
+            return dx, {}
         return dx, ({"gamma": dgamma, "beta": dbeta} if has_beta else {"gamma": dgamma})
     xp = backend.namespace(dy)
-    g = dy * gamma                                                 # (..., C)
+    g = dy if gamma is None else dy * gamma                        # (..., C)
     dx = g - xp.mean(g, axis=-1, keepdims=True)
     dx = dx - xhat * xp.mean(g * xhat, axis=-1, keepdims=True)
     dx = dx * rstd                                                 # (..., C)
+    if gamma is None:
+        return dx, {}
     grads = {"gamma": sum_leading(xp, dy * xhat)}
     if has_beta:
         grads["beta"] = sum_leading(xp, dy)
