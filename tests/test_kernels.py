@@ -521,3 +521,21 @@ def test_scatter_add_is_add_at(dtype, shape):
     got = backend.scatter_add(idx, values, V)
     assert got.dtype == dtype and got.shape == want.shape
     assert rel(got, want) < TOL[dtype] and np.all(got[V - 5:] == 0.0)
+
+
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+def test_layer_norm_without_scale_or_shift(dtype):
+    """gamma None (the folded block's LayerNorms): y is xhat, and dx that of gamma = 1, beta = 0,
+    on the fast path and the plain path alike; no gradient for the absent gamma and beta."""
+    rng = np.random.default_rng(11)
+    x = (3.0 * rng.standard_normal((4, 7, 24)) + 1.0).astype(dtype)
+    dy = rng.standard_normal((4, 7, 24)).astype(dtype)
+    ones, zeros = np.ones(24, dtype), np.zeros(24, dtype)
+    for ctx in (contextlib.nullcontext, plain):
+        with ctx():
+            y, cache = L._layer_norm_forward(x, None, None, 1e-5)
+            dx, g = L.layer_norm_backward(dy, cache)
+            y1, cache1 = L._layer_norm_forward(x, ones, zeros, 1e-5)
+            dx1, _ = L.layer_norm_backward(dy, cache1)
+        assert g == {} and y.dtype == dtype and dx.dtype == dtype
+        assert rel(y, y1) < TOL[dtype] and rel(dx, dx1) < TOL[dtype]
