@@ -63,7 +63,7 @@ def _unfold(xp, G, P, keys, gamma, beta, s):
     grads = dict(G)
     G_in, G_out = G[w_in], G[w_out]
     grads[w_in] = xp.reshape(gamma, (-1, 1)) * G_in
-    dgamma = xp.sum(P[w_in] * G_in, axis=1)
+    dgamma = xp.vecdot(P[w_in], G_in)                    # row by row, no W-sized temporary
     dbeta = None
     if beta is not None:
         g_in = grads.pop(b_in)
