@@ -92,6 +92,10 @@ def steps() -> list[dict]:
     import statistics
     from tostnp import backend
     from tostnp.bench.train_steps import _lm_step, _vision_step
+    from benchmarks.tuning_sweep import interleaved
+
+    def apply(pair):
+        tuning.PIECES_MIN, tuning.CHUNK = pair
     pairs = [(1 << 20, 1 << 17), (1 << 17, 1 << 16)]
     rows = []
     old = tuning.PIECES_MIN, tuning.CHUNK
@@ -102,20 +106,12 @@ def steps() -> list[dict]:
                     st = make(np, np.float32, False, 0)
                     for _ in range(3):
                         st.run()
-                    times = {pair: [] for pair in pairs}
-                    for _ in range(8):
-                        for pair in pairs:
-                            tuning.PIECES_MIN, tuning.CHUNK = pair
-                            st.run()
-                            t0 = time.perf_counter()
-                            for _ in range(n):
-                                st.run()
-                            times[pair].append((time.perf_counter() - t0) / n * 1e3)
+                    times = interleaved({pair: (lambda pair=pair: apply(pair), st.run)
+                                         for pair in pairs}, 8, n)
+                    label = {pair: f"{pair[0] >> 10}K/{pair[1] >> 10}K" for pair in pairs}
                     row = {"step": st.name, "threads": threads,
-                           "ms": {f"{pm >> 10}K/{ch >> 10}K": statistics.median(v)
-                                  for (pm, ch), v in times.items()},
-                           "min_ms": {f"{pm >> 10}K/{ch >> 10}K": min(v)
-                                      for (pm, ch), v in times.items()}}
+                           "ms": {label[p]: statistics.median(v) * 1e3 for p, v in times.items()},
+                           "min_ms": {label[p]: min(v) * 1e3 for p, v in times.items()}}
                     rows.append(row)
                     print(f"  {st.name:6s} step, {threads} thread(s), wall ms (median of 8; min): "
                           + ", ".join(f"pieces {k}: {row['ms'][k]:.2f} ({row['min_ms'][k]:.2f})"

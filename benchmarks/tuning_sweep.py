@@ -56,6 +56,26 @@ def _tssa_products():
     return lambda: (x @ W1, x @ W2)
 
 
+def interleaved(cands: dict, rounds: int, steps: int) -> dict:
+    """Candidates timed in the same rounds. ``cands``: {key: (apply, step)}: ``apply()`` sets
+    what the candidate needs (None: nothing), ``step()`` runs one step. Each round runs every
+    candidate once, in an order reversed every other round: apply, one step unmeasured, then
+    ``steps`` steps timed. Returns {key: [seconds per step, one per round]}."""
+    keys = list(cands)
+    times = {k: [] for k in keys}
+    for r in range(rounds):
+        for k in (keys if r % 2 == 0 else keys[::-1]):
+            apply, step = cands[k]
+            if apply is not None:
+                apply()
+            step()
+            t0 = time.perf_counter()
+            for _ in range(steps):
+                step()
+            times[k].append((time.perf_counter() - t0) / steps)
+    return times
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("step", choices=["lm", "vision", "tssa"])
@@ -72,29 +92,19 @@ def main(argv=None) -> int:
         ap.error("threads, --rounds and --steps must be at least 1")
     backend.keep_freed_memory()                    # as training runs
     old = getattr(tuning, a.constant)
-    times = {v: [] for v in a.values}
     load_before = os.getloadavg()
     with backend.threads(a.threads):
         run, desc = _step(a.step)
-        ref = _tssa_products() if a.step == "tssa" else None
-        cands = list(a.values) + ([None] if ref else [])          # None: the products
-        times[None] = []
+        cands = {v: (lambda v=v: setattr(tuning, a.constant, v), run) for v in a.values}
+        if a.step == "tssa":
+            cands[None] = (None, _tssa_products())                 # None: the two products
         for _ in range(3):
             run()
         try:
-            for r in range(a.rounds):
-                for v in (cands if r % 2 == 0 else cands[::-1]):
-                    if v is not None:
-                        setattr(tuning, a.constant, v)
-                    f = run if v is not None else ref
-                    f()
-                    t0 = time.perf_counter()
-                    for _ in range(a.steps):
-                        f()
-                    times[v].append((time.perf_counter() - t0) / a.steps)
+            times = interleaved(cands, a.rounds, a.steps)
         finally:
             setattr(tuning, a.constant, old)
-    ref_s = float(np.median(times.pop(None))) if ref else None
+    ref_s = float(np.median(times.pop(None))) if None in times else None
     res = {"step": desc, "threads": a.threads, "constant": a.constant,
            "median_step_s": {str(v): float(np.median(t)) for v, t in times.items()},
            "products_s": ref_s,
@@ -105,7 +115,7 @@ def main(argv=None) -> int:
     for v in a.values:
         t = res["median_step_s"][str(v)]
         print(f"{a.constant} = {v:>10}: {t * 1e3:8.2f} ms per step"
-              + (f" ({t / ref_s:.3f}x its two products, {ref_s * 1e3:.2f} ms)" if ref else ""))
+              + (f" ({t / ref_s:.3f}x its two products, {ref_s * 1e3:.2f} ms)" if ref_s else ""))
     if a.out:
         with open(a.out, "w") as f:
             json.dump(res, f, indent=1)

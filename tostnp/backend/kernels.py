@@ -419,12 +419,10 @@ def tssa_statistics(w, b_u, temp, h: int, eps2: float, pi_eps: float, ones_colum
     Pi = np.empty((B, N, h), dt)
     n_Pi = np.zeros((B, h), dt)
     S2 = np.zeros((B, C), dt)
+    a_buf = np.empty((B, N, C + 1 if ones_column else C), dt)    # returned: a, or [a | 1]
+    a = a_buf[..., :C]
     if ones_column:
-        a_buf = np.empty((B, N, C + 1), dt)
         a_buf[..., C] = 1.0
-        a = a_buf[..., :C]
-    else:
-        a = a_buf = np.empty(w.shape, dt)
     for b0, b1, lo, hi in pieces:
         wi = w[b0:b1, lo:hi]
         nb, n = wi.shape[0], wi.shape[1]
@@ -436,8 +434,8 @@ def tssa_statistics(w, b_u, temp, h: int, eps2: float, pi_eps: float, ones_colum
         # softmax over the h heads: the maximum as h - 1 elementwise maxima of columns (NumPy
         # reduces a short last axis element by element), the sum as a matrix-vector product
         mx = m_buf[:nb * n].reshape(nb, n, 1)
-        np.maximum(e[..., 0:1], e[..., min(1, h - 1):min(2, h)], out=mx)
-        for k in range(2, h):
+        mx[...] = e[..., 0:1]
+        for k in range(1, h):
             np.maximum(mx, e[..., k:k + 1], out=mx)
         e -= mx
         np.exp(e, out=e)
@@ -450,7 +448,7 @@ def tssa_statistics(w, b_u, temp, h: int, eps2: float, pi_eps: float, ones_colum
         np.multiply(wi.reshape(nb, n, h, p), e[..., None],
                     out=a[b0:b1, lo:hi].reshape(nb, n, h, p))    # a = w Pi
     n_Pi += pi_eps
-    return S1, inv_S1, q, Pi, n_Pi, S2, (a_buf if ones_column else a)
+    return S1, inv_S1, q, Pi, n_Pi, S2, a_buf
 
 
 def linear_ones(a1, W, b, out=None):

@@ -97,7 +97,7 @@ def folded_forward(x, params, num_heads: int, causal: bool, ln_eps: float, gelu:
     m, c_mlp = _mlp_forward(xhat2, Q_mlp, gelu)                           # ls2 * MLP(LN2(x1))
     m += x1
     cache = {"folded": True, "mixer": c_mix, "mlp": c_mlp, "ln1": c_ln1,
-             "ln2": c_ln2, "params": params, "pre": pre, "shape": tuple(x.shape),
+             "ln2": c_ln2, "params": params, "shape": tuple(x.shape),
              "Pi": c_mix["Pi"], "prefix": pre}
     if causal and c_mix["decode_state"] is not None:
         cache["decode_state"] = {"tssa": c_mix["decode_state"]}
@@ -107,7 +107,7 @@ def folded_forward(x, params, num_heads: int, causal: bool, ln_eps: float, gelu:
 def folded_backward(dy, cache):
     """dy: (B, N, C) -> dx (B, N, C), grads with the block's dotted keys."""
     xp = namespace(dy)
-    params, pre = cache["params"], cache["pre"]
+    params, pre = cache["params"], cache["prefix"]
     beta1, beta2 = params.get("ln1.beta"), params.get("ln2.beta")
     grads = {}
     dxhat2, G = mlp_backward(dy, cache["mlp"])
