@@ -50,6 +50,30 @@ def test_digits_split_shapes_deterministic_stratified(no_network):
         load_digits_split(test_fraction=1.5)
 
 
+def test_digits_read_without_importing_sklearn_equal_its_loader(monkeypatch):
+    """The table read from scikit-learn's file, in a process that never imports scikit-learn,
+    equals ``sklearn.datasets.load_digits`` (imported here, the reference); without the file,
+    ``load_digits`` itself is the fallback."""
+    import subprocess
+    import sys
+    from sklearn.datasets import load_digits
+    from tostnp.data import images
+    d = load_digits()
+    pixels, labels = images._digits_table()
+    np.testing.assert_array_equal(pixels, d.data)
+    np.testing.assert_array_equal(labels, d.target)
+    assert labels.dtype == np.int64
+    code = ("import sys; from tostnp.data import load_digits_split; load_digits_split(); "
+            "print(any(m == 'sklearn' or m.startswith('sklearn.') for m in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         check=True, cwd=os.path.dirname(os.path.dirname(__file__)))
+    assert out.stdout.strip() == "False"
+    monkeypatch.setattr(images, "_DIGITS_MAX_BYTES", 100)          # "too large": fallback
+    pixels2, labels2 = images._digits_table()
+    np.testing.assert_array_equal(pixels2, d.data)
+    np.testing.assert_array_equal(labels2, d.target)
+
+
 # --- MNIST ----------------------------------------------------------------------------------
 def _idx_bytes(arr: np.ndarray, magic: int) -> bytes:
     header = struct.pack(">I", magic) + b"".join(struct.pack(">I", s) for s in arr.shape)

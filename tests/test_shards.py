@@ -8,7 +8,7 @@ from tostnp.backend import kernels, tuning
 from tostnp.data import CharTokenizer, load_digits_split
 from tostnp.models import get_lm_config, get_vision_config
 from tostnp.models.configs import SeqConfig
-from tostnp.train import shards
+from tostnp.train import shard_workers, shards
 from tostnp.train.loop import TrainConfig, train
 from tostnp.train.tasks import LMTask, SeqTask, VisionTask
 
@@ -19,6 +19,7 @@ _TEXT = "the quick brown fox jumps over the lazy dog. " * 20
 def any_size(monkeypatch):
     """Shard the tiny test models too."""
     monkeypatch.setattr(tuning, "SHARD_MIN_ELEMENTS", 1)
+    monkeypatch.setattr(tuning, "SHARD_MIN_ELEMENTS_FORKED", 1)
 
 
 def _lm(dtype, batch=7):
@@ -81,8 +82,10 @@ def test_shards_give_the_whole_batch_loss_and_gradients(any_size, make, threads)
 
 def test_shards_run_on_the_threads_with_one_blas_thread_each(any_size, monkeypatch):
     """Each shard runs on its own thread with NumPy's BLAS and the kernels on one thread; the
-    counts come back afterwards."""
+    counts come back afterwards (the shards on threads: on Linux they run in worker processes,
+    tests/test_shard_workers.py)."""
     import threading
+    monkeypatch.setattr(tuning, "SHARD_PROCESSES", False)
     from threadpoolctl import threadpool_info
     seen = []
     task = _lm(np.float32, batch=6)
@@ -104,7 +107,15 @@ def test_shards_run_on_the_threads_with_one_blas_thread_each(any_size, monkeypat
                 if i["user_api"] == "blas" and "numpy" in i["filepath"]] == [2]
 
 
+@pytest.fixture(autouse=True)
+def no_workers_left():
+    """Each test's shard worker processes end with it."""
+    yield
+    shard_workers.close_workers()
+
+
 def test_no_shards_on_one_thread_on_the_plain_path_or_for_small_batches(monkeypatch):
+    monkeypatch.setattr(tuning, "SHARD_PROCESSES", False)           # the limit of threads
     big = tuning.SHARD_MIN_ELEMENTS
     assert shards.shard_count(np, {}, 64, big) == 1                 # kernels on one thread
     with backend.threads(2):

@@ -67,7 +67,7 @@ def worker_main(system, bench, threads):
     from threadpoolctl import threadpool_limits, threadpool_info
     send = protocol_channel()         # library prints go to stderr from here on
     from tostnp.bench.peaks import (peak_rss_bytes, reset_peak_rss, rss_bytes,
-                                     traced_peak_bytes)
+                                     traced_peak_bytes, workers_private_bytes)
     with threadpool_limits(limits=threads, user_api="blas"):
         if system == "torch":
             torch = torch_defs()["torch"]
@@ -110,9 +110,13 @@ def worker_main(system, bench, threads):
         meta.update(warm_step_s=statistics.median(warm[-3:]), warm_steps=len(warm),
                     pid=os.getpid(), threads=threads)
         # memory: the process's peak RSS over the warm-up above its RSS after the imports
-        # (model, data, optimiser state, activations, allocator caches); for tostnp also the
-        # NumPy bytes of one step's high-water mark (tracemalloc does not see torch's buffers)
+        # (model, data, optimiser state, activations, allocator caches), plus the pages of
+        # tostnp's shard worker processes that this one does not share; for tostnp also the
+        # NumPy bytes of one step's high-water mark, its shard workers' included (tracemalloc
+        # does not see torch's buffers)
         hwm = peak_rss_bytes()
+        if hwm is not None:
+            hwm += workers_private_bytes()
         meta["rss_after_imports_mb"] = None if rss0 is None else rss0 / 2**20
         meta["train_rss_mb"] = None if rss0 is None or hwm is None else (hwm - rss0) / 2**20
         meta["step_traced_mb"] = (traced_peak_bytes(step0) / 2**20

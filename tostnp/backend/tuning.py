@@ -51,6 +51,14 @@ ADAMW_FLAT_MAX_ELEMENTS = 1 << 20
 # (faster whole); not swept further (docs/tuning.md).
 SHARD_MIN_ELEMENTS = 1 << 16
 
+# The shards after the first on forked worker processes (tostnp.train.shard_workers; Linux),
+# each with its own GIL, instead of threads of this process: the same numbers, bit for bit.
+# Their smallest shard: without a shared GIL, the digits preset's step (64 images) was faster
+# in shards down to 4 images a shard (4 x 17 tokens x 64 = 4,352 numbers): 3.5 against 3.7 ms
+# at B = 8, 5.2 against 7.7 ms at B = 32 (2 threads; docs/tuning.md).
+SHARD_PROCESSES = True
+SHARD_MIN_ELEMENTS_FORKED = 1 << 12
+
 # The smallest batch slice of the non-causal TSSA layer run on its own thread (tostnp.nn.tssa:
 # the layer on slices of the batch, one per thread), as the numbers in the slice's input,
 # rows x tokens x width. Below it the layer runs whole: its matrix products on BLAS's threads,

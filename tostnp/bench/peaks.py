@@ -9,27 +9,36 @@
   held, whoever allocated it, including freed memory the allocator kept. With
   :func:`reset_peak_rss` first (Linux >= 4.0: "5" to /proc/self/clear_refs) it is the peak
   since that moment. None where /proc is not there.
+* :func:`workers_private_bytes` -- the memory the shard worker processes hold that this process
+  does not share with them (their private pages: after a warm-up, with freed memory kept, their
+  peak). Add it to this process's RSS for the memory of a step that runs in shard workers.
 """
 from __future__ import annotations
 
 import tracemalloc
 
-__all__ = ["traced_peak_bytes", "rss_bytes", "peak_rss_bytes", "reset_peak_rss"]
+__all__ = ["traced_peak_bytes", "rss_bytes", "peak_rss_bytes", "reset_peak_rss",
+           "workers_private_bytes"]
 
 
 def traced_peak_bytes(fn) -> int:
     """Bytes allocated at the high-water mark of ``fn()`` (its results count until it
-    returns; its inputs, allocated before, do not)."""
+    returns; its inputs, allocated before, do not), plus the peaks of the shard workers' steps
+    in it (the last step's: they run beside this process's shard)."""
+    from ..train import shard_workers
     was_tracing = tracemalloc.is_tracing()
     if not was_tracing:
         tracemalloc.start()
+    shard_workers.tracing(True)
     try:
         tracemalloc.reset_peak()
         base = tracemalloc.get_traced_memory()[0]
         out = fn()
         peak = tracemalloc.get_traced_memory()[1] - base
         del out
+        peak += sum(shard_workers.traced_peaks())
     finally:
+        shard_workers.tracing(False)
         if not was_tracing:
             tracemalloc.stop()
     return int(peak)
@@ -67,3 +76,20 @@ def reset_peak_rss() -> bool:
         return True
     except OSError:
         return False
+
+
+def workers_private_bytes() -> int:
+    """Private memory (bytes) of the live shard worker processes: the pages each holds that
+    this process does not share (Private_Clean + Private_Dirty of /proc/PID/smaps_rollup);
+    0 when there are none or /proc cannot tell."""
+    from ..train import shard_workers
+    total = 0
+    for pid in shard_workers.worker_pids():
+        try:
+            with open(f"/proc/{pid}/smaps_rollup") as f:
+                for line in f:
+                    if line.startswith(("Private_Clean:", "Private_Dirty:")):
+                        total += int(line.split()[1]) * 1024
+        except OSError:
+            pass
+    return total

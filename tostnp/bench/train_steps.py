@@ -34,7 +34,7 @@ import time
 import numpy as np
 
 from .. import backend
-from .peaks import peak_rss_bytes, reset_peak_rss, traced_peak_bytes
+from .peaks import peak_rss_bytes, reset_peak_rss, traced_peak_bytes, workers_private_bytes
 
 __all__ = ["TRAIN_BENCHES", "run_train_bench", "train_anatomy", "format_train_report"]
 
@@ -270,8 +270,9 @@ def run_train_bench(benches=TRAIN_BENCHES, *, dtype: str = "float32", rounds: in
     for key in order:
         reset_peak_rss()
         traced = traced_peak_bytes(lambda: run(key, 1))
-        rss = peak_rss_bytes()
-        peaks[key] = (traced / 2**20, None if rss is None else rss / 2**20)
+        rss = peak_rss_bytes()                 # + the shard workers' own pages, if any
+        peaks[key] = (traced / 2**20,
+                      None if rss is None else (rss + workers_private_bytes()) / 2**20)
     out = {}
     for key, ss in samples.items():
         st = steps[key]

@@ -7,6 +7,7 @@ import os
 import time
 
 from .. import backend
+from ..train import shard_workers
 from ..train.defaults import given
 
 __all__ = ["given", "options_of", "check_fits", "say", "train_and_report", "say_best",
@@ -44,8 +45,10 @@ def train_and_report(args, task, tcfg, describe, data_line):
     say(args, data_line)
     n = task.shards(params0)
     if n > 1:
-        say(args, f"each batch runs in {n} shards, one per CPU thread (--threads; another "
-                   f"count changes the float rounding)")
+        where = ("this process and worker processes" if shard_workers.available()
+                 else "threads")
+        say(args, f"each batch runs in {n} shards, one per CPU thread, on {where} (--threads; "
+                  f"another count changes the float rounding)")
     c0, t0 = time.process_time(), time.perf_counter()
     from ..train.defaults import PROGRESS_SECONDS
     res = train(task, tcfg, args.out, resume=args.resume, progress=not args.no_progress,

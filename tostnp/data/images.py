@@ -41,6 +41,40 @@ def stratified_split(y, fraction: float, seed: int):
     return np.flatnonzero(~is_held), held_idx
 
 
+_DIGITS_SHAPE = (1797, 65)          # 64 pixels (0..16) and the label (0..9) a row
+_DIGITS_MAX_BYTES = 1 << 20         # the table's text (265 KB) with room to spare
+
+
+def _digits_table():
+    """scikit-learn's digits: ``(pixels (1797, 64) float64 in 0..16, labels (1797,) int64)``.
+
+    Read from the table scikit-learn ships (``sklearn/datasets/data/digits.csv.gz``, found
+    without importing scikit-learn, whose import holds about 68 MB and takes a second; its
+    ``load_digits`` reads the same table the same way). Its ``load_digits`` is the fallback when
+    the file is not there, larger than the table can be, or not the table.
+    """
+    import importlib.util
+    spec = importlib.util.find_spec("sklearn")
+    for root in (spec.submodule_search_locations or []) if spec is not None else []:
+        path = os.path.join(root, "datasets", "data", "digits.csv.gz")
+        try:
+            with gzip.open(path, "rb") as f:
+                text = f.read(_DIGITS_MAX_BYTES + 1)
+            if len(text) > _DIGITS_MAX_BYTES:
+                continue
+            table = np.loadtxt(text.decode("ascii").splitlines(), delimiter=",", ndmin=2)
+        except (OSError, ValueError, EOFError, UnicodeDecodeError):
+            continue
+        pixels, labels = table[:, :-1], table[:, -1]
+        if (table.shape == _DIGITS_SHAPE and np.all(table == np.round(table))
+                and pixels.min() >= 0 and pixels.max() <= 16
+                and set(np.unique(labels)) == set(range(10))):
+            return pixels, labels.astype(np.int64)
+    from sklearn.datasets import load_digits  # bundled with scikit-learn: no download
+    d = load_digits()
+    return np.asarray(d.data, dtype=np.float64), np.asarray(d.target, dtype=np.int64)
+
+
 def load_digits_split(seed: int = 0, test_fraction: float = 0.25):
     """scikit-learn's 8x8 digits with a fixed stratified train/test split.
 
@@ -54,10 +88,8 @@ def load_digits_split(seed: int = 0, test_fraction: float = 0.25):
     test_fraction = float(test_fraction)
     if not 0.0 < test_fraction < 1.0:
         raise ValueError(f"test_fraction must be in (0, 1), got {test_fraction}")
-    from sklearn.datasets import load_digits  # bundled with scikit-learn: no download
-    d = load_digits()
-    X = (np.asarray(d.data, dtype=np.float64) / 16.0).astype(np.float32).reshape(-1, 8, 8, 1)
-    y = np.asarray(d.target, dtype=np.int64)
+    pixels, y = _digits_table()
+    X = (pixels / 16.0).astype(np.float32).reshape(-1, 8, 8, 1)
     train_idx, test_idx = stratified_split(y, test_fraction, seed)
     return X[train_idx], y[train_idx], X[test_idx], y[test_idx]
 

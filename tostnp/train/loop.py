@@ -55,6 +55,7 @@ from .. import backend
 from ..io import checkpoint as ckpt
 from ..io.atomic import atomic_write_text, clean_stale_temporaries
 from ..io.runlock import run_lock
+from .shard_workers import close_workers
 from .optim import AdamW, lr_schedule, clip_grad_norm, default_no_decay
 from .defaults import TrainConfig   # its home: the training defaults; imported from here too
 from .defaults import PROGRESS_SECONDS
@@ -268,6 +269,7 @@ def _train(task, tcfg, out_dir, resume, progress, plot, init_params, progress_se
     finally:
         stop_signal.restore()
         mf.close()
+        close_workers()             # the step's shard worker processes, if any
         if bar is not None:
             bar.close()
     if plot:

@@ -8,15 +8,22 @@ its first axis into shards of B_1, ..., B_n items gives
 
 where loss_s and grads_s are the shard's own mean loss and gradients: the same numbers as the
 whole batch, up to the order in which float sums are added. Each shard runs the model's own
-forward and backward on its own thread with BLAS and the fast path on one thread
-(:func:`tostnp.backend.runtime.serial`): NumPy releases the GIL inside its loops and matrix
-products, so the shards' arithmetic runs side by side, and no BLAS thread spins waiting for work.
-On the small models of this project a step's matrices are too small for BLAS to spread one
-product well over two cores; two shards of half the batch each fill one core.
+forward and backward with BLAS and the fast path on one thread
+(:func:`tostnp.backend.runtime.serial`). On the small models of this project a step's matrices
+are too small for BLAS to spread one product well over two cores; two shards of half the batch
+each fill one core.
+
+Where the shards run: on Linux, the first in this process and each other in a forked worker
+process of its own (:mod:`tostnp.train.shard_workers`: no shared GIL; the first step of a shape
+runs its shards one after the other here). Elsewhere (macOS, Windows; or where a fork fails)
+each on its own thread of this process: NumPy releases the GIL inside its loops and matrix
+products, so the shards' arithmetic runs side by side, but their Python calls take turns.
+Both ways give the same numbers, bit for bit.
 
 When it shards (:func:`shard_count`): NumPy with the fast path on, ``--threads`` (or
 :func:`tostnp.backend.threads`) above 1, shards whose activations (tokens x width) hold at
-least ``tuning.SHARD_MIN_ELEMENTS`` numbers, and a model without batch statistics
+least ``tuning.SHARD_MIN_ELEMENTS_FORKED`` numbers in worker processes,
+``tuning.SHARD_MIN_ELEMENTS`` on threads, and a model without batch statistics
 (BatchNorm's running statistics, the parameters :func:`tostnp.nn.params.is_state` names,
 couple the items of a batch and are updated in place).
 Otherwise the step is the model's own ``loss_and_grads`` on the whole batch. The shards, and so
@@ -25,7 +32,8 @@ with another count its numbers differ by float rounding only (``tests/test_shard
 loss and gradients of a step to 1e-11 in float64, a training run's losses to float32 rounding).
 
 Memory: the shards' activations add up to the whole batch's; each shard holds its own
-gradients until they are combined (one more copy of the parameters' size per extra shard).
+gradients until they are combined (one more copy of the parameters' size per extra shard);
+a worker process also holds its own temporaries and one more copy of the parameters.
 """
 from __future__ import annotations
 
@@ -33,6 +41,7 @@ from .. import backend
 from ..backend import tuning
 from ..backend.runtime import on_shards
 from ..nn.params import is_state
+from . import shard_workers
 
 __all__ = ["shard_count", "sharded"]
 
@@ -42,7 +51,9 @@ def _bounds(xp, params: dict, rows: int, row_elements: int) -> list[tuple[int, i
     fast = backend.fused(xp)
     if fast is None or any(is_state(k) for k in params):
         return [(0, rows)]
-    return fast.shard_bounds(rows, row_elements, tuning.SHARD_MIN_ELEMENTS)
+    least = (tuning.SHARD_MIN_ELEMENTS_FORKED if shard_workers.available()
+             else tuning.SHARD_MIN_ELEMENTS)
+    return fast.shard_bounds(rows, row_elements, least)
 
 
 def shard_count(xp, params: dict, rows: int, row_elements: int) -> int:
@@ -65,7 +76,12 @@ def sharded(fn, params: dict, arrays: tuple, xp, *, row_elements: int):
     bounds = _bounds(xp, params, B, row_elements)
     if len(bounds) <= 1:
         return fn(params, *arrays)
-    parts = on_shards(lambda lo, hi: fn(params, *(a[lo:hi] for a in arrays)), bounds)
+    def threaded():
+        return on_shards(lambda lo, hi: fn(params, *(a[lo:hi] for a in arrays)), bounds)
+    if shard_workers.available():
+        parts = shard_workers.run_sharded(fn, params, arrays, bounds, threaded)
+    else:
+        parts = threaded()
     weights = [(hi - lo) / B for lo, hi in bounds]
     loss = sum(w * part[0] for w, part in zip(weights, parts))
     grads = {}
