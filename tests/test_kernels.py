@@ -81,6 +81,36 @@ def test_gelu_with_the_bias_before_it_matches_plain(dtype, shape, monkeypatch):
     assert rel(db, want_db) < TOL[dtype]
 
 
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+@pytest.mark.parametrize("shape", SHAPES + [(3, 700, 200)])
+def test_gelu_slope_matches_plain(dtype, shape, monkeypatch):
+    """kernels.gelu_forward_slope(h, b): y bit for bit that of kernels.gelu_forward, and
+    dy * D (with the bias's gradient summed over pieces) the plain GELU's backward of h + b;
+    far in both tails the slope is 0 and 1, finite (pieces forced small)."""
+    monkeypatch.setattr(tuning, "PIECES_MIN", 64)
+    monkeypatch.setattr(tuning, "CHUNK", 256)
+    rng = np.random.default_rng(5 + len(shape))
+    h = (3.0 * rng.standard_normal(shape)).astype(dtype)
+    h.flat[0], h.flat[-1] = -60.0, 60.0
+    b = rng.standard_normal(shape[-1]).astype(dtype)
+    b[0] = b[-1] = 0.0
+    dy = rng.standard_normal(shape).astype(dtype)
+    with plain():
+        want_y, c = L.gelu_forward(h + b)
+        want_dx, _ = L.gelu_backward(dy, c)
+    want_db = want_dx.astype(np.float64).reshape(-1, shape[-1]).sum(axis=0)
+    hb, hb2 = h.copy(), h.copy()
+    y, D = kernels.gelu_forward_slope(hb, b)
+    y_gate, _ = kernels.gelu_forward(hb2, b)
+    assert rel(hb, h + b) == 0.0 and np.array_equal(y, y_gate)
+    dx, db = kernels.gelu_slope_backward(dy, D, bias_grad=True)
+    assert np.array_equal(kernels.gelu_slope_backward(dy, D), dx)
+    assert y.dtype == D.dtype == dx.dtype == db.dtype == dtype and db.shape == (shape[-1],)
+    assert rel(y, want_y) < TOL[dtype] and rel(dx, want_dx) < TOL[dtype]
+    assert rel(db, want_db) < TOL[dtype]
+    assert D.flat[0] == 0.0 and D.flat[-1] == 1.0 and np.all(np.isfinite(D))
+
+
 @pytest.mark.parametrize("bias", [True, False])
 def test_mlp_fast_path_matches_plain(bias):
     """The MLP on the fast path (b1 inside the GELU's pieces) and on the plain path: the same

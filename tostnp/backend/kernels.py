@@ -50,7 +50,8 @@ import numpy as np
 
 from . import tuning
 
-__all__ = ["add_rows", "gelu_forward", "gelu_backward", "layer_norm_forward",
+__all__ = ["add_rows", "gelu_forward", "gelu_backward", "gelu_forward_slope",
+           "gelu_slope_backward", "layer_norm_forward",
            "layer_norm_backward", "adamw_update", "softmax_cross_entropy_backward", "sum_leading",
            "set_threads", "get_threads", "on_threads", "shard_bounds", "flat_zeros", "adamw_update_flat",
            "matmul_into", "tssa_in_pieces", "tssa_statistics", "linear_ones"]
@@ -251,6 +252,66 @@ def gelu_backward(dy, x, s, bias_grad: bool = False):
         gi += 1.0
         gi *= si
         gi *= dy2[lo:hi]
+        return sum_leading(gi) if bias_grad else None
+    parts = _run_pieces(piece, *g2.shape)
+    if not bias_grad:
+        return g
+    db = parts[0]
+    for part in parts[1:]:
+        db += part
+    return g, db
+
+
+def gelu_forward_slope(x, b=None):
+    """The GELU of :func:`gelu_forward`, y = x s, and its slope D = dy/dx, for a training step's
+    MLP: its backward is then dh = dy D, one pass, and the cache holds D alone instead of x and
+    the gate s (one (..., L) array less a layer). The same y, bit for bit (0.5 (1 + t) x, with
+    t = tanh u, rounds as x (1 + t) 0.5: a product by 0.5 is exact).
+
+    D = s (1 + 2 x (1 - s) u') with s = (1 + t) / 2 and u' = sqrt(2/pi) (1 + 3 * 0.044715 x^2)
+    (:func:`tostnp.nn.layers.gelu_backward`), written with 1 - s = (1 - t) / 2 as
+    D = 0.5 (1 + t) (1 + x (1 - t) u'); 1 - t comes from t itself, not from 1 - s, so no digits
+    are lost where s is near 1. x^2 is computed once for u and u', while the piece is in cache.
+
+    x: (...), b: (L,) or None (x += b first, in place, as :func:`gelu_forward`) -> (y, D).
+    """
+    x2 = _rows(x)
+    y, D = np.empty(x.shape, x.dtype), np.empty(x.shape, x.dtype)
+    y2, D2 = _rows(y), _rows(D)
+
+    def piece(lo, hi):
+        xi, yi, Di = x2[lo:hi], y2[lo:hi], D2[lo:hi]
+        if b is not None:
+            xi += b
+        p = np.multiply(xi, xi)                                    # x^2 (a piece: in cache)
+        t = np.multiply(p, _GELU_A * _GELU_B)
+        t += _GELU_A
+        t *= xi                                                    # u
+        np.tanh(t, out=t)
+        np.subtract(1.0, t, out=Di)                                # 1 - t
+        t += 1.0                                                   # 1 + t
+        np.multiply(xi, t, out=yi)
+        yi *= 0.5                                                  # y = x (1 + t) / 2
+        p *= 3.0 * _GELU_A * _GELU_B
+        p += _GELU_A
+        p *= xi                                                    # x u'
+        Di *= p
+        Di += 1.0
+        Di *= t
+        Di *= 0.5                                                  # D
+    _run_pieces(piece, *x2.shape)
+    return y, D
+
+
+def gelu_slope_backward(dy, D, bias_grad: bool = False):
+    """dx = dy D for D from :func:`gelu_forward_slope`; with ``bias_grad``: (dx, db), db the
+    sum of dx over every axis but the last, summed piece by piece while each is in cache."""
+    dy2, D2 = _rows(dy), _rows(D)
+    g = np.empty(dy.shape, np.result_type(dy, D))
+    g2 = _rows(g)
+
+    def piece(lo, hi):
+        gi = np.multiply(dy2[lo:hi], D2[lo:hi], out=g2[lo:hi])
         return sum_leading(gi) if bias_grad else None
     parts = _run_pieces(piece, *g2.shape)
     if not bias_grad:

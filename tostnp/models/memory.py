@@ -59,8 +59,9 @@ def estimate_bytes(kind: str, cfg, batch: int, *, training: bool, itemsize: int 
     # RSS of LM training at three shapes (tests/test_memory_estimate.py holds them to 10%); on
     # NumPy the block folds its LayerNorms' and LayerScales' weights into its products
     # (tostnp/nn/block_fold.py) and keeps no LayerNorm output and no LayerScale input: 4 C
-    # fewer than the 13 C fitted before (the plain path, CuPy's, still keeps them)
-    per_token = 9 * C + 3 * H + 12 * h
+    # fewer than the 13 C fitted before, and its MLP keeps the GELU's slope instead of its input
+    # and gate (kernels.gelu_forward_slope): 2 H, not 3 H (the plain path, CuPy's, keeps them all)
+    per_token = 9 * C + 2 * H + 12 * h
     per_token += {"softmax": 13 * h * L // 10,         # the (L, L) attention maps
                   "linear": 15 * C // 2,               # the running sums' caches
                   "flash": 7 * C // 2}.get(cfg.mixer, 0)   # q, k, v, out and the row stats
