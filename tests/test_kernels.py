@@ -288,6 +288,32 @@ def test_sum_rows_matches_plain(dtype, shape):
 
 
 @pytest.mark.parametrize("dtype", [np.float64, np.float32])
+@pytest.mark.parametrize("shape", [(4, 6, 11), (70, 300)])
+def test_softmax_cross_entropy_forward_fast_matches_plain(dtype, shape, monkeypatch):
+    """The loss and its cached log-softmax from kernels.log_softmax, in pieces of rows (forced
+    small), against the plain lines and against a float64 log-sum-exp written here; rows with
+    a huge logit stay finite."""
+    monkeypatch.setattr(tuning, "PIECES_MIN", 64)
+    monkeypatch.setattr(tuning, "CHUNK", 256)
+    rng = np.random.default_rng(9)
+    logits = (3.0 * rng.standard_normal(shape)).astype(dtype)
+    logits.flat[0] = 1e4 if dtype == np.float32 else 1e200
+    targets = rng.integers(0, shape[-1], size=shape[:-1])
+    out = []
+    for ctx in (contextlib.nullcontext, plain):
+        with ctx():
+            loss, cache = L.softmax_cross_entropy_forward(logits, targets)
+            out.append((loss, cache[0]))
+    (loss_f, logp_f), (loss_p, logp_p) = out
+    z = logits.astype(np.float64).reshape(-1, shape[-1])
+    zmax = z.max(axis=-1, keepdims=True)
+    ref = (z - zmax) - np.log(np.exp(z - zmax).sum(axis=-1, keepdims=True))
+    assert logp_f.dtype == dtype and np.all(np.isfinite(logp_f))
+    assert rel(logp_f, logp_p) < TOL[dtype] and rel(logp_f, ref) < TOL[dtype]
+    assert abs(float(loss_f) - float(loss_p)) <= TOL[dtype] * abs(float(loss_p))
+
+
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
 @pytest.mark.parametrize("ignore", [None, -1])
 def test_softmax_cross_entropy_backward_fast_matches_plain(dtype, ignore):
     rng = np.random.default_rng(7)

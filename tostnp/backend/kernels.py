@@ -51,7 +51,7 @@ import numpy as np
 from . import tuning
 
 __all__ = ["add_rows", "gelu_forward", "gelu_backward", "gelu_forward_slope",
-           "gelu_slope_backward", "layer_norm_forward",
+           "gelu_slope_backward", "log_softmax", "layer_norm_forward",
            "layer_norm_backward", "adamw_update", "softmax_cross_entropy_backward", "sum_leading",
            "set_threads", "get_threads", "on_threads", "shard_bounds", "flat_zeros", "adamw_update_flat",
            "matmul_into", "tssa_in_pieces", "tssa_statistics", "linear_ones"]
@@ -527,6 +527,22 @@ def linear_ones(a1, W, b, out=None):
 # ---------------------------------------------------------------------------------------------
 # softmax cross-entropy, backward
 # ---------------------------------------------------------------------------------------------
+def log_softmax(z):
+    """log softmax(z) over the last axis of z (M, V), the row maximum subtracted first (the
+    lines of :func:`tostnp.nn.loss.softmax_cross_entropy_forward`), in pieces of rows: exp
+    writes into a piece-sized temporary that stays in cache, not into an (M, V) array."""
+    logp = np.empty(z.shape, z.dtype)
+
+    def piece(lo, hi):
+        zi, li = z[lo:hi], logp[lo:hi]
+        np.subtract(zi, np.max(zi, axis=-1, keepdims=True), out=li)
+        lse = np.sum(np.exp(li), axis=-1, keepdims=True)
+        np.log(lse, out=lse)
+        li -= lse
+    _run_pieces(piece, *z.shape)
+    return logp
+
+
 def softmax_cross_entropy_backward(logp, t, w, dloss):
     """dlogits = (softmax - onehot(t)) * w * dloss for logp (M, V) = log-softmax, t (M,) the
     targets, w (M,) the per-row weights -> (M, V).

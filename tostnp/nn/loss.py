@@ -1,8 +1,9 @@
 """The training loss: softmax cross-entropy with its hand-derived backward, the contract of
 :mod:`tostnp.nn.layers` (``loss, cache = ..._forward(logits, targets)``, ``dlogits, {} =
 ..._backward(dloss, cache)``). Mean over the tokens whose target is not ``ignore_index``; the
-log-softmax subtracts the row max. On NumPy the backward runs as the fused kernel
-(:func:`tostnp.backend.kernels.softmax_cross_entropy_backward`), the array-API form beside it.
+log-softmax subtracts the row max. On NumPy the log-softmax and the backward run as kernels
+(:func:`tostnp.backend.kernels.log_softmax`,
+:func:`tostnp.backend.kernels.softmax_cross_entropy_backward`), the array-API form beside them.
 
 Shapes: logits (..., V), targets (...), V vocabulary (or classes).
 """
@@ -45,9 +46,13 @@ def softmax_cross_entropy_forward(logits, targets, ignore_index=None):
         raise ValueError(f"targets must lie in [0, V) = [0, {V})"
                          + ("" if ignore_index is None else f" or equal ignore_index={ignore_index}"))
     t = xp.where(valid, t, xp.zeros_like(t))                       # (M,) safe index
-    zmax = xp.max(z, axis=-1, keepdims=True)                       # (M, 1)
-    logp = z - zmax                                                # (M, V)
-    logp -= xp.log(xp.sum(xp.exp(logp), axis=-1, keepdims=True))  # log-softmax
+    fast = backend.fused(xp)
+    if fast is not None:                         # NumPy: the same lines in cache-sized pieces
+        logp = fast.log_softmax(z)
+    else:
+        zmax = xp.max(z, axis=-1, keepdims=True)                   # (M, 1)
+        logp = z - zmax                                            # (M, V)
+        logp -= xp.log(xp.sum(xp.exp(logp), axis=-1, keepdims=True))  # log-softmax
     at = backend.indices(xp.arange(M, device=dev) * V + t)        # (M,) flat positions
     picked = xp.take(xp.reshape(logp, (-1,)), at)                  # (M,)
     w = xp.astype(valid, logits.dtype) * (1.0 / count)             # (M,) weight per token

@@ -129,9 +129,8 @@ def causal_forward(x, w, params, h, p, xp):
     state_S1 = xp.asarray(S1[:, T - 1, :], copy=True)                            # (B, C)
     # q_tk = sum_{c in k} sq_tc / S1_tc: a sum over each head's p contiguous coordinates
     # (eq-causal-pi); the ratio is a temporary, not kept for the backward
-    ratio = 1.0 / _clamp_S1(S1, clamped, xp)                                     # (B, T, C)
-    ratio *= sq                                                                  # sq / S1
-    del sq
+    ratio, sq = sq, None                                # sq is ours: the ratio in its buffer
+    ratio /= _clamp_S1(S1, clamped, xp)                                          # sq / S1
     q = head_sums(ratio, h, p, xp) + float(p) * bias                             # (B, T, h)
     del ratio
     Pi = softmax_heads(temp * q, xp)                                             # (B, T, h)
