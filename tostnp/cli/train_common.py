@@ -33,12 +33,21 @@ def say(args, text) -> None:
         print(text, flush=True)     # at once, also when the output is a pipe
 
 
+def _cpu_time() -> float:
+    """CPU seconds of this process and of its children that have ended and been waited for:
+    the shard worker processes (tostnp.train.shard_workers), which the training loop closes and
+    reaps before it returns."""
+    t = os.times()
+    return t.user + t.system + t.children_user + t.children_system
+
+
 def train_and_report(args, task, tcfg, describe, data_line):
     """Say what is trained (``describe(params0)`` of the initial parameters, and
     ``data_line``), then run the training loop from those parameters -> (the last evaluation
-    record, or None when the run stopped early; the trained parameters; the process CPU time
-    (all its threads) and the wall time of training; the evaluation record of the best
-    checkpoint, or None); says how to continue a stopped run."""
+    record, or None when the run stopped early; the trained parameters; the CPU time of the
+    process (all its threads) and of its shard worker processes, and the wall time of
+    training; the evaluation record of the best checkpoint, or None); says how to continue a
+    stopped run."""
     from ..train.loop import train
     params0 = task.init_params(backend.RNG(tcfg.seed))     # printed, then trained from
     say(args, describe(params0))
@@ -49,12 +58,12 @@ def train_and_report(args, task, tcfg, describe, data_line):
                  else "threads")
         say(args, f"each batch runs in {n} shards, one per CPU thread, on {where} (--threads; "
                   f"another count changes the float rounding)")
-    c0, t0 = time.process_time(), time.perf_counter()
+    c0, t0 = _cpu_time(), time.perf_counter()
     from ..train.defaults import PROGRESS_SECONDS
     res = train(task, tcfg, args.out, resume=args.resume, progress=not args.no_progress,
                 init_params=params0, progress_seconds=given(args.progress_seconds,
                                                             PROGRESS_SECONDS))
-    cpu, wall = time.process_time() - c0, time.perf_counter() - t0
+    cpu, wall = _cpu_time() - c0, time.perf_counter() - t0
     final = [r for r in res["metrics"] if r["kind"] == "eval" and r["step"] == tcfg.steps]
     if res["step"] == tcfg.steps and final:   # (the loop made it again if metrics.jsonl lost it)
         if res.get("start") == tcfg.steps:
