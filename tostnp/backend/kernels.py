@@ -124,6 +124,17 @@ def shard_bounds(rows: int, row_elements: int, min_elements: int) -> list[tuple[
     return [(s * rows // n, (s + 1) * rows // n) for s in range(n)]
 
 
+def _summed_pieces(fn, M: int, L: int):
+    """The sum of ``fn(lo, hi)`` over the pieces of :func:`_run_pieces` (None when ``fn``
+    returns None): per-piece partial sums, added in piece order."""
+    parts = _run_pieces(fn, M, L)
+    total = parts[0]
+    if total is not None:
+        for part in parts[1:]:
+            total += part
+    return total
+
+
 def _run_pieces(fn, M: int, L: int):
     """fn(lo, hi) for every piece of rows of an (M, L) view; returns the list of the results in
     piece order."""
@@ -253,13 +264,8 @@ def gelu_backward(dy, x, s, bias_grad: bool = False):
         gi *= si
         gi *= dy2[lo:hi]
         return sum_leading(gi) if bias_grad else None
-    parts = _run_pieces(piece, *g2.shape)
-    if not bias_grad:
-        return g
-    db = parts[0]
-    for part in parts[1:]:
-        db += part
-    return g, db
+    db = _summed_pieces(piece, *g2.shape)
+    return (g, db) if bias_grad else g
 
 
 def gelu_forward_slope(x, b=None):
@@ -313,13 +319,8 @@ def gelu_slope_backward(dy, D, bias_grad: bool = False):
     def piece(lo, hi):
         gi = np.multiply(dy2[lo:hi], D2[lo:hi], out=g2[lo:hi])
         return sum_leading(gi) if bias_grad else None
-    parts = _run_pieces(piece, *g2.shape)
-    if not bias_grad:
-        return g
-    db = parts[0]
-    for part in parts[1:]:
-        db += part
-    return g, db
+    db = _summed_pieces(piece, *g2.shape)
+    return (g, db) if bias_grad else g
 
 
 # ---------------------------------------------------------------------------------------------
