@@ -63,7 +63,7 @@ def estimate_bytes(kind: str, cfg, batch: int, *, training: bool, itemsize: int 
     # and gate (kernels.gelu_forward_slope): 2 H, not 3 H (the plain path, CuPy's, keeps them all)
     per_token = 9 * C + 2 * H + 12 * h
     per_token += {"softmax": 13 * h * L // 10,         # the (L, L) attention maps
-                  "linear": 15 * C // 2,               # the running sums' caches
+                  "linear": 6 * C,                     # the running sums' caches
                   "flash": 7 * C // 2}.get(cfg.mixer, 0)   # q, k, v, out and the row stats
     blocks = cfg.depth if training else 2              # caches kept for the backward pass
     act = batch * L * (per_token * blocks + 6 * C)     # + the embeddings' and the head's
