@@ -112,16 +112,27 @@ def test_gelu_slope_matches_plain(dtype, shape, monkeypatch):
 
 
 @pytest.mark.parametrize("bias", [True, False])
-def test_mlp_fast_path_matches_plain(bias):
+@pytest.mark.parametrize("step", [False, True], ids=["forward", "training-step"])
+def test_mlp_fast_path_matches_plain(bias, step, monkeypatch):
     """The MLP on the fast path (b1 inside the GELU's pieces) and on the plain path: the same
-    output and gradients, the same gradient keys."""
+    output and gradients, the same gradient keys; inside backend.backward_ahead() (a training
+    step) the fast path keeps the GELU's slope, outside it the input and gate (spied)."""
+    from tostnp.backend import kernels as K
+    called = []
+    for name in ("gelu_forward_slope", "gelu_forward"):
+        real = getattr(K, name)
+        monkeypatch.setattr(K, name, lambda *a, _r=real, _n=name, **k: called.append(_n)
+                            or _r(*a, **k))
     rng = np.random.default_rng(11)
     x = rng.standard_normal((4, 9, 16))
     P = {"W1": 0.3 * rng.standard_normal((16, 64)), "W2": 0.3 * rng.standard_normal((64, 16))}
     if bias:
         P["b1"], P["b2"] = rng.standard_normal(64), rng.standard_normal(16)
     dy = rng.standard_normal(x.shape)
-    (yf, dxf, gf), (yp, dxp, gp) = both(lambda x_: L.mlp_forward(x_, P), L.mlp_backward, (x,), dy)
+    with backend.backward_ahead() if step else contextlib.nullcontext():
+        (yf, dxf, gf), (yp, dxp, gp) = both(lambda x_: L.mlp_forward(x_, P), L.mlp_backward,
+                                            (x,), dy)
+    assert called == ["gelu_forward_slope" if step else "gelu_forward"]
     assert list(gf) == list(gp) and rel(yf, yp) < 1e-12 and rel(dxf, dxp) < 1e-12
     for k in gp:
         assert rel(gf[k], gp[k]) < 1e-12, k
@@ -595,3 +606,26 @@ def test_layer_norm_without_scale_or_shift(dtype):
             dx1, _ = L.layer_norm_backward(dy, cache1)
         assert g == {} and y.dtype == dtype and dx.dtype == dtype
         assert rel(y, y1) < TOL[dtype] and rel(dx, dx1) < TOL[dtype]
+
+
+def test_training_steps_keep_the_slope_and_forwards_alone_the_gate(monkeypatch):
+    """The models' *_loss_and_grads run their forward inside backend.backward_ahead() (the
+    MLP keeps the GELU's slope); lm_forward alone (evaluation) caches the gate; the logits are
+    the same bits either way."""
+    from tostnp.backend import kernels as K
+    from tostnp.models import get_lm_config, lm_forward, lm_init, lm_loss_and_grads
+    called = []
+    for name in ("gelu_forward_slope", "gelu_forward"):
+        real = getattr(K, name)
+        monkeypatch.setattr(K, name, lambda *a, _r=real, _n=name, **k: called.append(_n)
+                            or _r(*a, **k))
+    cfg = get_lm_config("tiny-char", vocab_size=20, block_size=8, width=16, depth=2,
+                        num_heads=2, mlp_ratio=2)
+    params = lm_init(cfg, backend.RNG(0), np, np.float64)
+    ids = np.random.default_rng(1).integers(0, 20, (3, 8))
+    _, _, logits_step = lm_loss_and_grads(params, ids, ids, cfg)
+    assert called == ["gelu_forward_slope"] * 2
+    called.clear()
+    logits, _ = lm_forward(ids, params, cfg)
+    assert called == ["gelu_forward"] * 2
+    assert np.array_equal(logits, logits_step)

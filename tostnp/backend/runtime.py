@@ -9,6 +9,7 @@ import os
 import shlex
 import shutil
 import sys
+import threading
 
 
 _NUMPY_NAMES = ("numpy", "array_api_compat.numpy")
@@ -38,6 +39,31 @@ def add_bias(xp, y, b):
         return fast.add_rows(y, b)
     y += b
     return y
+
+
+_ahead = threading.local()   # .depth: training steps this thread is inside (backward_ahead)
+
+
+@contextlib.contextmanager
+def backward_ahead():
+    """Inside the ``with`` block every forward this thread runs is followed by its backward (a
+    training step: the models' ``*_loss_and_grads``, ``bench --train``): a layer on the fast
+    path may then cache what only the backward needs, in the form cheapest to keep. The MLP
+    keeps its GELU's slope instead of the GELU's input and gate
+    (:func:`tostnp.backend.kernels.gelu_forward_slope`): one array less, and work that a forward
+    alone (evaluation, prediction) does not need. Outside it the forward caches the usual way,
+    and a backward from such a cache works all the same; either way the outputs are the same,
+    bit for bit. Per thread: the shards of a step on threads each set their own."""
+    _ahead.depth = getattr(_ahead, "depth", 0) + 1
+    try:
+        yield
+    finally:
+        _ahead.depth -= 1
+
+
+def is_backward_ahead() -> bool:
+    """Is a forward on this thread part of a training step (:func:`backward_ahead`)?"""
+    return getattr(_ahead, "depth", 0) > 0
 
 
 def set_fast(on: bool) -> bool:

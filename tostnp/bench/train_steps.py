@@ -99,7 +99,8 @@ def _classifier_phases(xp, opt, batch, forward, backward, row_elements):
     shards = [1]
 
     def whole(params, inputs, labels):            # forward and backward of one shard
-        logits, cache = forward(inputs, params)
+        with backend.backward_ahead():            # as the models' *_loss_and_grads
+            logits, cache = forward(inputs, params)
         loss, c_loss = L.softmax_cross_entropy_forward(logits, labels)
         dlogits, _ = L.softmax_cross_entropy_backward(xp.ones_like(loss), c_loss)
         return loss, backward(dlogits, cache), None
@@ -111,7 +112,8 @@ def _classifier_phases(xp, opt, batch, forward, backward, row_elements):
             loss, grads, _ = sharded(whole, opt.params, (inputs, labels), xp,
                                      row_elements=row_elements)
             return None, (grads, loss)
-        logits, cache = forward(inputs, opt.params)
+        with backend.backward_ahead():
+            logits, cache = forward(inputs, opt.params)
         loss, c_loss = L.softmax_cross_entropy_forward(logits, labels)
         return loss, c_loss, cache
 
@@ -187,7 +189,8 @@ def _block_step(xp, dtype, quick, seed):
     dy = rng.normal(xp, (B, N, C), dtype)
 
     def fwd():
-        y, cache = tost_block_forward(x, opt.params, h)
+        with backend.backward_ahead():
+            y, cache = tost_block_forward(x, opt.params, h)
         return y, cache
 
     def bwd(state):

@@ -144,7 +144,8 @@ def _backward(dlogits, cache) -> dict:
 
 def lm_loss_and_grads(params: dict, ids, targets, cfg: LMConfig):
     """Mean next-token cross-entropy -> (loss (0-d array), grads, logits)."""
-    logits, cache = lm_forward(ids, params, cfg)
+    with backend.backward_ahead():     # a training step: the backward follows
+        logits, cache = lm_forward(ids, params, cfg)
     loss, c_loss = L.softmax_cross_entropy_forward(logits, targets)
     xp = backend.namespace(logits)
     dlogits, _ = L.softmax_cross_entropy_backward(xp.ones_like(loss), c_loss)

@@ -97,7 +97,8 @@ def seqcls_backward(dlogits, cache) -> dict:
 
 def seqcls_loss_and_grads(params: dict, features, labels, cfg: SeqConfig):
     """Mean softmax cross-entropy and its gradient -> (loss (0-d array), grads, logits)."""
-    logits, cache = seqcls_forward(features, params, cfg)
+    with backend.backward_ahead():     # a training step: the backward follows
+        logits, cache = seqcls_forward(features, params, cfg)
     loss, c_loss = L.softmax_cross_entropy_forward(logits, labels)
     dlogits, _ = L.softmax_cross_entropy_backward(backend.namespace(logits).ones_like(loss),
                                                   c_loss)

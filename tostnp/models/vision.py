@@ -274,7 +274,8 @@ def vision_loss_and_grads(params: dict, images, labels, cfg: VisionConfig,
     statistics are written into ``params`` (new arrays under the same keys), like a PyTorch
     module's buffers in ``model.train()``. They get no gradient.
     """
-    logits, cache = vision_forward(images, params, cfg, train=train)
+    with backend.backward_ahead():     # a training step: the backward follows
+        logits, cache = vision_forward(images, params, cfg, train=train)
     loss, c_loss = L.softmax_cross_entropy_forward(logits, labels)
     dlogits, _ = L.softmax_cross_entropy_backward(backend.namespace(logits).ones_like(loss),
                                                   c_loss)

@@ -21,6 +21,7 @@ from __future__ import annotations
 import math
 
 from .. import backend
+from ..backend import runtime
 from ..backend.validate import check_array, check_positive, check_ids_range
 from ..backend.validate import check_param, check_params
 from .params import mlp_spec
@@ -283,8 +284,12 @@ def _mlp_forward(x, params, gelu: str = "tanh"):
     fast = backend.fused(backend.namespace(x)) if gelu == "tanh" else None
     if fast is not None:     # NumPy: b1 is added, and its gradient summed, inside the GELU's pieces
         h, c1 = _linear_forward(x, params["W1"])                   # (..., H) without b1
-        a, D = fast.gelu_forward_slope(h, params.get("b1"))        # h += b1, the GELU, its slope
-        c2 = (_gelu_bias_backward, (D, fast, "b1" in params))      # D alone, not h and the gate
+        if runtime.is_backward_ahead():      # a training step: keep the slope D alone
+            a, D = fast.gelu_forward_slope(h, params.get("b1"))    # h += b1, the GELU, its slope
+            c2 = (_gelu_slope_backward, (D, fast, "b1" in params))
+        else:                                # (the same a, bit for bit, with fewer passes)
+            a, s = fast.gelu_forward(h, params.get("b1"))          # h += b1, then the GELU
+            c2 = (_gelu_gate_backward, (h, s, fast, "b1" in params))
     else:
         gelu_fwd, gelu_bwd = _GELU_CORES[gelu]
         h, c1 = _linear_forward(x, params["W1"], params.get("b1"))    # (..., H)
@@ -294,13 +299,23 @@ def _mlp_forward(x, params, gelu: str = "tanh"):
     return y, (c1, c2, c3)
 
 
-def _gelu_bias_backward(da, cache):
-    """The fast path's GELU backward in the MLP, dh = da D (D: the GELU's slope, kept by the
-    forward): (dh, {"b": the gradient of b1} or {})."""
+def _gelu_slope_backward(da, cache):
+    """The fast path's GELU backward in the MLP of a training step, dh = da D (D: the GELU's
+    slope, kept by the forward): (dh, {"b": the gradient of b1} or {})."""
     D, fast, has_b = cache
     if not has_b:
         return fast.gelu_slope_backward(da, D), {}
     dh, db = fast.gelu_slope_backward(da, D, bias_grad=True)
+    return dh, {"b": db}
+
+
+def _gelu_gate_backward(da, cache):
+    """The fast path's GELU backward in the MLP from its input and gate (a forward outside
+    :func:`tostnp.backend.backward_ahead`): (dh, {"b": the gradient of b1} or {})."""
+    h, s, fast, has_b = cache
+    if not has_b:
+        return fast.gelu_backward(da, h, s), {}
+    dh, db = fast.gelu_backward(da, h, s, bias_grad=True)
     return dh, {"b": db}
 
 
