@@ -391,3 +391,37 @@ def test_ctrl_c_while_starting_is_one_line(tmp_path, launcher, delay):
     assert "Traceback" not in err, err[-2000:]
     assert len(err.strip().splitlines()) <= 1, err[-2000:]
     assert p.returncode in (0, 130, -signal.SIGINT), (p.returncode, err)
+
+
+_CALLBACK_CTRL_C = """
+import ctypes, signal, sys
+sys.argv[0] = "-m"                                   # as `python -m tostnp` runs
+from tostnp import _startup
+_startup.quiet_interrupts()
+assert signal.getsignal(signal.SIGINT) is _startup._on_sigint
+calls = [0]
+def callback(x):
+    calls[0] += 1
+    if calls[0] == 1:
+        raise KeyboardInterrupt                      # Ctrl-C inside a callback from C
+    return 0
+f = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_int)(callback)
+try:
+    for _ in range(10 ** 8):
+        f(1)
+    print("lost")
+except KeyboardInterrupt:
+    print("reached", calls[0] > 1)
+"""
+
+
+def test_ctrl_c_inside_a_c_callback_while_starting_reaches_the_program():
+    """A Ctrl-C that lands in a ctypes callback (threadpoolctl's library scan) while tostnp is
+    starting: CPython cannot pass it on from there; the start-up hook sends it again so that it
+    reaches the program's own code as KeyboardInterrupt, with nothing printed (CI once caught
+    a traceback here: the re-sent interrupt raised inside the hook)."""
+    r = subprocess.run([sys.executable, "-c", _CALLBACK_CTRL_C], env=_env(), capture_output=True,
+                       text=True, timeout=120)
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert r.stdout.split() == ["reached", "True"], (r.stdout, r.stderr[-2000:])
+    assert r.stderr == "", r.stderr[-2000:]

@@ -35,12 +35,29 @@ def _unraisable(u, _previous=sys.unraisablehook):
     """A Ctrl-C that lands inside a callback from C (threadpoolctl's ctypes callback while it
     looks for BLAS, for one) cannot propagate: CPython prints "Exception ignored ..." with a
     traceback and goes on as if no key was pressed. Deliver it again, where it can be handled
-    (the handler of this module or the training loop's), and print nothing."""
+    (the handler of this module or the training loop's), and print nothing.
+
+    The training loop's handler only notes the signal: it is raised again at once. This
+    module's handler raises KeyboardInterrupt, which inside this hook would be one more
+    exception the hook cannot pass on (CPython prints it with a traceback): the signal is sent
+    again from a short-lived thread instead, so that the main thread meets it after the hook
+    has returned (and once more the same way, should it land in a callback again)."""
     if u.exc_type is not None and issubclass(u.exc_type, KeyboardInterrupt):
         _interrupted.append(signal.SIGINT)
-        signal.raise_signal(signal.SIGINT)
+        if signal.getsignal(signal.SIGINT) is _on_sigint:
+            import threading
+            threading.Thread(target=_interrupt_soon, daemon=True).start()
+        else:
+            signal.raise_signal(signal.SIGINT)
         return
     _previous(u)
+
+
+def _interrupt_soon() -> None:
+    """SIGINT to this process in a moment (from a thread: the main thread's handler runs it)."""
+    import time
+    time.sleep(0.002)
+    signal.raise_signal(signal.SIGINT)
 
 
 def running_as_program() -> bool:
