@@ -454,7 +454,8 @@ def tssa_statistics(w, b_u, temp, h: int, eps2: float, pi_eps: float, ones_colum
     Two passes over w in pieces of tokens (:func:`_token_pieces`), each chain on a piece that
     sits in the core's cache: the first adds the bias and sums the squares (one einsum, no w^2
     written), the second (which needs S1 of every token) does the rest; w^2 is a piece-sized
-    temporary, never a (B, N, C) array. The plain lines sweep memory about ten times and write two (B, N, C) temporaries.
+    temporary, never a (B, N, C) array. The plain lines sweep memory about ten times and write
+    two (B, N, C) temporaries.
     Runs on the calling thread (the layer's batch slices are already one per thread).
     """
     B, N, C = w.shape

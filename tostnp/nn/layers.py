@@ -286,10 +286,11 @@ def _mlp_forward(x, params, gelu: str = "tanh"):
         h, c1 = _linear_forward(x, params["W1"])                   # (..., H) without b1
         if runtime.is_backward_ahead():      # a training step: keep the slope D alone
             a, D = fast.gelu_forward_slope(h, params.get("b1"))    # h += b1, the GELU, its slope
-            c2 = (_gelu_slope_backward, (D, fast, "b1" in params))
+            kept = (fast.gelu_slope_backward, (D,))
         else:                                # (the same a, bit for bit, with fewer passes)
             a, s = fast.gelu_forward(h, params.get("b1"))          # h += b1, then the GELU
-            c2 = (_gelu_gate_backward, (h, s, fast, "b1" in params))
+            kept = (fast.gelu_backward, (h, s))
+        c2 = (_gelu_bias_backward, kept + ("b1" in params,))
     else:
         gelu_fwd, gelu_bwd = _GELU_CORES[gelu]
         h, c1 = _linear_forward(x, params["W1"], params.get("b1"))    # (..., H)
@@ -299,23 +300,15 @@ def _mlp_forward(x, params, gelu: str = "tanh"):
     return y, (c1, c2, c3)
 
 
-def _gelu_slope_backward(da, cache):
-    """The fast path's GELU backward in the MLP of a training step, dh = da D (D: the GELU's
-    slope, kept by the forward): (dh, {"b": the gradient of b1} or {})."""
-    D, fast, has_b = cache
+def _gelu_bias_backward(da, cache):
+    """The fast path's GELU backward in the MLP: (dh, {"b": the gradient of b1} or {}). The
+    cache names its kernel and arrays: kernels.gelu_slope_backward with the slope D (a training
+    step, :func:`tostnp.backend.backward_ahead`), or kernels.gelu_backward with the GELU's
+    input and gate (a forward outside it)."""
+    bwd, arrays, has_b = cache
     if not has_b:
-        return fast.gelu_slope_backward(da, D), {}
-    dh, db = fast.gelu_slope_backward(da, D, bias_grad=True)
-    return dh, {"b": db}
-
-
-def _gelu_gate_backward(da, cache):
-    """The fast path's GELU backward in the MLP from its input and gate (a forward outside
-    :func:`tostnp.backend.backward_ahead`): (dh, {"b": the gradient of b1} or {})."""
-    h, s, fast, has_b = cache
-    if not has_b:
-        return fast.gelu_backward(da, h, s), {}
-    dh, db = fast.gelu_backward(da, h, s, bias_grad=True)
+        return bwd(da, *arrays), {}
+    dh, db = bwd(da, *arrays, bias_grad=True)
     return dh, {"b": db}
 
 

@@ -105,7 +105,6 @@ class Workers:
     ``(loss, grads, out)`` of each shard from a run on threads (their shapes and dtypes)."""
 
     def __init__(self, fn, params: dict, arrays: tuple, bounds, parts):
-        self.key = _key(fn, params, arrays, bounds)
         self.fn, self.bounds = fn, list(bounds)
         lay = _Layout()
         p_idx = {k: lay.add(v.shape, v.dtype) for k, v in params.items()}
@@ -281,10 +280,9 @@ def run_sharded(fn, params: dict, arrays: tuple, bounds, threaded):
     global _broken
     key = _key(fn, params, arrays, bounds)
     try:
-        hash(key)
+        pool = _pools.pop(key, None)
     except TypeError:                                     # a function that cannot be a key
         return threaded()
-    pool = _pools.pop(key, None)
     if pool is not None and not pool.workers:             # closed by an error in a step
         pool = None
     if pool is None:
