@@ -515,6 +515,31 @@ def test_tssa_statistics_in_pieces_match_plain(monkeypatch, B, N, C, h, chunk, b
     assert rel(a1[..., :C], w * PiE) < 1e-13
 
 
+def test_tssa_backward_in_pieces_with_a_clamped_coordinate(monkeypatch):
+    """A coordinate of w that is 0 for every token (S1 = 0, clamped: no gradient through S1)
+    takes the same way through the backward in pieces (kernels.tssa_statistics_backward) as
+    through the plain lines; and the backward leaves its inputs as they were."""
+    from tostnp.nn import tssa
+    monkeypatch.setattr(tuning, "PIECES_MIN", 1)
+    monkeypatch.setattr(tuning, "TSSA_PIECE", 48)
+    rng = np.random.default_rng(12)
+    x, dy = rng.standard_normal((2, 30, 12)), rng.standard_normal((2, 30, 12))
+    params = tssa.tssa_init(backend.RNG(4), np, 12, 3, bias=False, dtype=np.float64, std=0.5)
+    params["W_u"][:, 5] = 0.0                                   # w[..., 5] = 0: S1_5 clamped
+    params["temp"] = rng.uniform(0.5, 3.0, (3, 1))
+    y, cache = tssa.tssa_forward(x, params, 3)
+    assert cache["in_pieces"] and np.all(cache["S1"][:, 5] == 0.0)
+    kept = {k: np.array(v, copy=True) for k, v in cache.items() if isinstance(v, np.ndarray)}
+    dy_kept = dy.copy()
+    dx, g = tssa.tssa_backward(dy, cache)
+    assert all(np.array_equal(cache[k], v) for k, v in kept.items()) and np.array_equal(dy, dy_kept)
+    with plain():
+        y_p, c_p = tssa.tssa_forward(x, params, 3)
+        dx_p, g_p = tssa.tssa_backward(dy, c_p)
+    assert np.all(np.isfinite(dx)) and rel(y, y_p) < 1e-12 and rel(dx, dx_p) < 1e-12
+    assert set(g) == set(g_p) and all(rel(g[k], g_p[k]) < 1e-12 for k in g_p)
+
+
 def test_tssa_statistics_in_batch_slices_match_plain(monkeypatch):
     """The pieces inside the batch slices (one per thread; y written into the layer's y)."""
     from tostnp.nn import tssa

@@ -514,6 +514,98 @@ def tssa_statistics(w, b_u, temp, h: int, eps2: float, pi_eps: float, ones_colum
     return S1, inv_S1, q, Pi, n_Pi, S2, a_buf
 
 
+def tssa_statistics_backward(w, g_a, Pi, q, temp, g_S2, g_n, inv_S1, active, b_u_grad: bool):
+    """The non-causal TSSA backward from g_a (the gradient of a = w Pi) to g_w, the lines of
+    :func:`tostnp.nn.tssa.full_backward` from ``sq_h = w * w`` to ``g_w += g_a Pi``, with their
+    names::
+
+        g_Pi_nk = sum_{c in k} (g_a_nc w_nc + w_nc^2 g_S2_c) + g_n_k                 (B, N, h)
+        g_l     = Pi (g_Pi - sum_k Pi g_Pi)      g_temp_k = sum_{b,n} g_l q           (h, 1)
+        g_q     = g_l temp                       gq_sq_c = sum_n g_q_nk(c) w_nc^2      (B, C)
+        g_S1    = -gq_sq inv_S1^2 active                                             (B, C)
+        g_w     = 2 w (Pi_nk(c) g_S2_c + g_q_nk(c) inv_S1_c + g_S1_c) + g_a Pi
+
+    w, g_a: (B, N, C); Pi, q: (B, N, h); temp (h, 1); g_S2, inv_S1, active: (B, C); g_n (B, h).
+    Returns (g_w, g_temp, g_b_u): g_w is written into g_a's buffer (g_a is the caller's and
+    not needed after); g_b_u = the sum of g_w over (B, N) with ``b_u_grad``, else None.
+
+    Two passes over w and g_a in pieces of tokens (:func:`_token_pieces`): the first, up to the
+    sums gq_sq (which need every token), the second g_w; w^2 and the factor of 2 w are
+    piece-sized temporaries. The plain lines sweep memory about eleven times and write three
+    (B, N, C) arrays.
+    """
+    B, N, C = w.shape
+    h = Pi.shape[-1]
+    p = C // h
+    dt = w.dtype
+    pieces = _token_pieces(B, N, C)
+    biggest = max((b1 - b0) * (hi - lo) for b0, b1, lo, hi in pieces)
+    t_buf = np.empty(biggest * C, dt)                            # w^2, then 2 w g_sq, of a piece
+    s_buf = np.empty(biggest * h, dt)                            # a per-token, per-head temporary
+    m_buf = np.empty(biggest, dt)                                # a per-token sum
+    ones = _ones(max(h, biggest), dt)
+    g_S2_h = g_S2.reshape(B, 1, h, p)
+    temp_r = temp.reshape(1, 1, h)
+    g_n_r = g_n.reshape(B, 1, h)
+    g_q = np.empty((B, N, h), dt)
+    gq_sq = np.zeros((B, C), dt)
+    g_temp = np.zeros(h, dt)
+    for b0, b1, lo, hi in pieces:
+        wi, gi = w[b0:b1, lo:hi], g_a[b0:b1, lo:hi]
+        nb, n = wi.shape[0], wi.shape[1]
+        t = t_buf[:wi.size].reshape(wi.shape)
+        np.multiply(wi, wi, out=t)                               # sq
+        gP = g_q[b0:b1, lo:hi]                                   # g_Pi here, then g_q
+        np.vecdot(gi.reshape(nb, n, h, p), wi.reshape(nb, n, h, p), out=gP)
+        s = s_buf[:nb * n * h].reshape(nb, n, h)
+        np.vecdot(t.reshape(nb, n, h, p), g_S2_h[b0:b1], out=s)
+        gP += s
+        gP += g_n_r[b0:b1]                                       # g_Pi
+        Pii = Pi[b0:b1, lo:hi]
+        np.multiply(Pii, gP, out=s)
+        sm = m_buf[:nb * n].reshape(nb, n, 1)
+        np.matmul(s, ones[:h], out=sm[..., 0])                   # sum_k Pi g_Pi
+        gP -= sm
+        gP *= Pii                                                # g_l
+        np.multiply(gP, q[b0:b1, lo:hi], out=s)
+        g_temp += (ones[:nb * n] @ s.reshape(nb * n, h))
+        gP *= temp_r                                             # g_q
+        gT = np.ascontiguousarray(np.swapaxes(gP, 1, 2))         # (nb, h, n)
+        for k in range(h):                                       # gq_sq: matrix-vector products
+            gq_sq[b0:b1, k * p:(k + 1) * p] += (gT[:, k:k + 1] @ t[:, :, k * p:(k + 1) * p])[:, 0]
+    g_S1 = gq_sq
+    g_S1 *= inv_S1
+    g_S1 *= inv_S1
+    g_S1 *= active
+    np.negative(g_S1, out=g_S1)                                  # -gq_sq inv_S1^2 active
+    # 2 g_sq_nc = [Pi | g_q | 1]_n @ [E^T 2 g_S2; E^T 2 inv_S1; 2 g_S1]_c: one product of inner
+    # size 2h + 1 per piece (the plain lines' matmul)
+    coord = np.zeros((B, 2 * h + 1, C), dt)
+    for k in range(h):
+        coord[:, k, k * p:(k + 1) * p] = g_S2[:, k * p:(k + 1) * p]
+        coord[:, h + k, k * p:(k + 1) * p] = inv_S1[:, k * p:(k + 1) * p]
+    coord[:, 2 * h] = g_S1
+    coord *= 2.0
+    tok_buf = np.empty(biggest * (2 * h + 1), dt)
+    g_b = np.zeros((B, C), dt) if b_u_grad else None
+    for b0, b1, lo, hi in pieces:
+        wi, gi = w[b0:b1, lo:hi], g_a[b0:b1, lo:hi]
+        nb, n = wi.shape[0], wi.shape[1]
+        tok = tok_buf[:nb * n * (2 * h + 1)].reshape(nb, n, 2 * h + 1)
+        tok[..., :h] = Pi[b0:b1, lo:hi]
+        tok[..., h:2 * h] = g_q[b0:b1, lo:hi]
+        tok[..., 2 * h] = 1.0
+        t = t_buf[:wi.size].reshape(wi.shape)
+        np.matmul(tok, coord[b0:b1], out=t)                      # 2 g_sq
+        t *= wi                                                  # 2 w g_sq
+        gi4 = gi.reshape(nb, n, h, p)
+        np.multiply(gi4, Pi[b0:b1, lo:hi, :, None], out=gi4)     # g_a Pi
+        gi += t                                                  # g_w
+        if g_b is not None:
+            g_b[b0:b1] += ones[:n] @ gi
+    return g_a, g_temp.reshape(h, 1), (None if g_b is None else g_b.sum(axis=0))
+
+
 def linear_ones(a1, W, b, out=None):
     """[a | 1] @ [W; b] = a @ W + b, the bias added inside the matrix product (one (.., C)
     pass less). a1: (B, N, C + 1) whose last column is 1 (:func:`tssa_statistics` with

@@ -131,7 +131,8 @@ def full_forward(x, params, h, p, xp, out=None):
     Et = xp.matrix_transpose(head_indicator(xp, C, h, dt, dev))                  # (h, C)
     fast = fused(xp)
     a1 = None
-    if fast is not None and fast.tssa_in_pieces(B, N, C):
+    in_pieces = fast is not None and fast.tssa_in_pieces(B, N, C)
+    if in_pieces:
         # the same lines, from w^2 to a = w Pi, in pieces of tokens that stay in cache
         # (tostnp.backend.kernels.tssa_statistics); w's bias is added there. For long sequences
         # a comes as [a | 1], so that y's bias is added inside its product (kernels.linear_ones)
@@ -184,6 +185,7 @@ def full_forward(x, params, h, p, xp, out=None):
     cache = {"causal": False, "x": x, "params": params, "h": h, "p": p,
              "w": w, "S1": S1, "inv_S1": inv_S1, "q": q, "n_Pi": n_Pi,
              "m": m, "r": r, "a": a, "W_eff": W_eff, "out": a_r,
+             "in_pieces": in_pieces,                       # the backward's middle in pieces too
              "Pi": xp.permute_dims(Pi, (0, 2, 1))}                               # (B, h, N)
     return y, cache
 
@@ -197,7 +199,6 @@ def full_backward(dy, cache, xp):
     w, a = cache["w"], cache["a"]
     Pi = xp.permute_dims(cache["Pi"], (0, 2, 1))                 # (B, N, h): a view, tokens as rows
     r, m, n_Pi, inv_S1 = cache["r"], cache["m"], cache["n_Pi"], cache["inv_S1"]
-    sq_h = split_heads(w * w, h, p, xp)           # (B, N, h, p) recomputed: cheaper than caching it
     grads = {}
     if "b_o" in params:
         grads["b_o"] = sum_leading(xp, dy)                                       # (C,)
@@ -218,6 +219,17 @@ def full_backward(dy, cache, xp):
     g_m = -g_r * r * r                                                           # (B, C)
     g_S2 = g_m / (n_Pi @ Et)                                                     # (B, C)
     g_n = -((g_m * m) @ E) / n_Pi                                                # (B, h)
+    fast = fused(xp) if cache.get("in_pieces") else None
+    if fast is not None:
+        # the same lines, from here to g_w, in pieces of tokens that stay in cache
+        # (tostnp.backend.kernels.tssa_statistics_backward); g_w is written into g_a's buffer
+        active = xp.astype(cache["S1"] > NORM_EPS2, dt)
+        g_w, grads["temp"], g_b_u = fast.tssa_statistics_backward(
+            w, g_a, Pi, cache["q"], params["temp"], g_S2, g_n, inv_S1, active, "b_u" in params)
+        if "denom_bias" in params:
+            grads["denom_bias"] = xp.zeros_like(params["denom_bias"])
+        return project_in_backward(g_w, grads, cache, xp, g_b=g_b_u), grads
+    sq_h = split_heads(w * w, h, p, xp)           # (B, N, h, p) recomputed: cheaper than caching it
     # Pi is used by a = w Pi, by S2 = sum_n Pi sq and by n = sum_n Pi (a broadcast back):
     # g_Pi_nk = sum_{c in k} (g_a_nc w_nc + sq_nc g_S2_c) + g_n_k, dot products over heads
     g_Pi = xp.vecdot(split_heads(g_a, h, p, xp), split_heads(w, h, p, xp)) \

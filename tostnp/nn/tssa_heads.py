@@ -125,14 +125,15 @@ def project_in(x, params, xp, bias: bool = True):
     return w
 
 
-def project_in_backward(g_w, grads, cache, xp):
-    """Through w = x @ W_u + b_u: returns dx; sets grads["W_u"], grads["b_u"]."""
+def project_in_backward(g_w, grads, cache, xp, g_b=None):
+    """Through w = x @ W_u + b_u: returns dx; sets grads["W_u"], grads["b_u"] (``g_b``, when
+    the caller summed g_w over its rows already)."""
     x, params = cache["x"], cache["params"]
     B, N, C = x.shape
     gw2 = xp.reshape(g_w, (B * N, C))
     grads["W_u"] = xp.matrix_transpose(xp.reshape(x, (B * N, C))) @ gw2          # (C, C)
     if "b_u" in params:
-        grads["b_u"] = sum_leading(xp, gw2)                                      # (C,)
+        grads["b_u"] = sum_leading(xp, gw2) if g_b is None else g_b              # (C,)
     return xp.reshape(gw2 @ xp.matrix_transpose(params["W_u"]), (B, N, C))       # (B, N, C)
 
 
