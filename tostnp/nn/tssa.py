@@ -190,7 +190,9 @@ def full_forward(x, params, h, p, xp, out=None):
     return y, cache
 
 
-def full_backward(dy, cache, xp):
+def full_backward(dy, cache, xp, out=None):
+    """Backward of :func:`full_forward` -> (dx, grads). ``out``: a (B, N, C) NumPy array that
+    receives dx (the batch slices write into the whole layer's dx; NumPy fast path only)."""
     params, h, p = cache["params"], cache["h"], cache["p"]
     B, N, C = dy.shape
     dt, dev = dy.dtype, device_of(dy)
@@ -228,7 +230,7 @@ def full_backward(dy, cache, xp):
             w, g_a, Pi, cache["q"], params["temp"], g_S2, g_n, inv_S1, active, "b_u" in params)
         if "denom_bias" in params:
             grads["denom_bias"] = xp.zeros_like(params["denom_bias"])
-        return project_in_backward(g_w, grads, cache, xp, g_b=g_b_u), grads
+        return project_in_backward(g_w, grads, cache, xp, g_b=g_b_u, out=out), grads
     sq_h = split_heads(w * w, h, p, xp)           # (B, N, h, p) recomputed: cheaper than caching it
     # Pi is used by a = w Pi, by S2 = sum_n Pi sq and by n = sum_n Pi (a broadcast back):
     # g_Pi_nk = sum_{c in k} (g_a_nc w_nc + sq_nc g_S2_c) + g_n_k, dot products over heads
@@ -255,7 +257,7 @@ def full_backward(dy, cache, xp):
     g_w += merge_heads(g_a_h, xp)                                                # + g_a Pi
     if "denom_bias" in params:
         grads["denom_bias"] = xp.zeros_like(params["denom_bias"])
-    return project_in_backward(g_w, grads, cache, xp), grads
+    return project_in_backward(g_w, grads, cache, xp, out=out), grads
 
 
 # --------------------------------------------------------------------------------------------
@@ -296,9 +298,7 @@ def sliced_backward(dy, cache, xp):
     caches = dict(cache["slices"])                       # (lo, hi) -> that slice's cache
 
     def one(lo, hi):
-        dx_s, grads_s = full_backward(dy[lo:hi], caches[(lo, hi)], xp)
-        dx[lo:hi, ...] = dx_s
-        return grads_s
+        return full_backward(dy[lo:hi], caches[(lo, hi)], xp, out=dx[lo:hi])[1]
     parts = on_shards(one, [b for b, _ in cache["slices"]])
     grads = parts[0]
     for more in parts[1:]:

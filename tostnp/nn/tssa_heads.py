@@ -8,7 +8,7 @@ matmuls with the (C, h) head indicator E (E_ck = 1 if c is in head k).
 """
 from __future__ import annotations
 
-from ..backend import add_bias, device_of
+from ..backend import add_bias, device_of, fused
 from ..backend.validate import check_params
 from .params import tssa_spec
 from .layers import sum_leading
@@ -125,15 +125,19 @@ def project_in(x, params, xp, bias: bool = True):
     return w
 
 
-def project_in_backward(g_w, grads, cache, xp, g_b=None):
+def project_in_backward(g_w, grads, cache, xp, g_b=None, out=None):
     """Through w = x @ W_u + b_u: returns dx; sets grads["W_u"], grads["b_u"] (``g_b``, when
-    the caller summed g_w over its rows already)."""
+    the caller summed g_w over its rows already). ``out``: a C-contiguous (B, N, C) NumPy
+    array that receives dx (NumPy only)."""
     x, params = cache["x"], cache["params"]
     B, N, C = x.shape
     gw2 = xp.reshape(g_w, (B * N, C))
     grads["W_u"] = xp.matrix_transpose(xp.reshape(x, (B * N, C))) @ gw2          # (C, C)
     if "b_u" in params:
         grads["b_u"] = sum_leading(xp, gw2) if g_b is None else g_b              # (C,)
+    if out is not None:
+        fused(xp).matmul_into(gw2, xp.matrix_transpose(params["W_u"]), xp.reshape(out, (B * N, C)))
+        return out
     return xp.reshape(gw2 @ xp.matrix_transpose(params["W_u"]), (B, N, C))       # (B, N, C)
 
 
