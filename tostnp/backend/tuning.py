@@ -28,10 +28,10 @@ PIECES_MIN = 1 << 18
 ADD_ROWS_TILE = 1 << 14
 
 # Numbers per piece of the non-causal TSSA layer's token statistics (kernels.tssa_statistics)
-# and of its backward (kernels.tssa_statistics_backward): 2 MiB of float32. Smaller pieces (CHUNK's 128K) cost more calls, which the layer's batch
-# slices, one per thread, then wait for each other to make (the forward at B 4, N 4096, C 384,
-# 2 threads: 1.43x its two products against 1.32x with 512K or 2M pieces, the plain lines'
-# 1.32x; docs/tuning.md).
+# and of its backward (kernels.tssa_statistics_backward): 2 MiB of float32. Smaller pieces
+# (CHUNK's 128K) cost more calls, which the layer's batch slices, one per thread, then wait
+# for each other to make (the forward at B 4, N 4096, C 384, 2 threads: 1.43x its two
+# products against 1.32x with 512K or 2M pieces, the plain lines' 1.32x; docs/tuning.md).
 TSSA_PIECE = 1 << 19
 
 # The largest model (numbers in its optimised parameters) whose AdamW update runs on flat
