@@ -436,6 +436,17 @@ def _token_pieces(B: int, N: int, C: int) -> list[tuple[int, int, int, int]]:
     return [(b, min(b + k, B), 0, N) for b in range(0, B, k)]
 
 
+def _add_head_token_sums(acc, e, t):
+    """acc_c += sum_n e_n,k(c) t_nc for a piece: acc (nb, C), e (nb, n, h), t (nb, n, C), k(c)
+    the head of c. One matrix-vector product per head (BLAS reads each head's columns of t
+    once; the per-coordinate product e t is never written)."""
+    h = e.shape[-1]
+    p = t.shape[-1] // h
+    eT = np.ascontiguousarray(np.swapaxes(e, 1, 2))              # (nb, h, n)
+    for k in range(h):
+        acc[:, k * p:(k + 1) * p] += (eT[:, k:k + 1] @ t[:, :, k * p:(k + 1) * p])[:, 0]
+
+
 def tssa_statistics(w, b_u, temp, h: int, eps2: float, pi_eps: float, ones_column: bool = False):
     """The non-causal TSSA forward from w = x @ W_u (B, N, C), its bias not yet added, to a:
     the lines of :func:`tostnp.nn.tssa.full_forward` from ``sq = w * w`` to ``a = w Pi``,
@@ -505,9 +516,7 @@ def tssa_statistics(w, b_u, temp, h: int, eps2: float, pi_eps: float, ones_colum
         np.matmul(e, ones[:h], out=mx[..., 0])
         e /= mx                                                  # Pi
         n_Pi[b0:b1] += ones[:n] @ e
-        eT = np.ascontiguousarray(np.swapaxes(e, 1, 2))          # (nb, h, n)
-        for k in range(h):                                       # S2: a matrix-vector product
-            S2[b0:b1, k * p:(k + 1) * p] += (eT[:, k:k + 1] @ t[:, :, k * p:(k + 1) * p])[:, 0]
+        _add_head_token_sums(S2[b0:b1], e, t)                    # S2
         np.einsum("bnkp,bnk->bnkp", wi.reshape(nb, n, h, p), e,   # a = w Pi (einsum: 196
                   out=a[b0:b1, lo:hi].reshape(nb, n, h, p))      # against 224 us broadcast)
     n_Pi += pi_eps
@@ -516,8 +525,7 @@ def tssa_statistics(w, b_u, temp, h: int, eps2: float, pi_eps: float, ones_colum
 
 def tssa_statistics_backward(w, g_a, Pi, q, temp, g_S2, g_n, inv_S1, active, b_u_grad: bool):
     """The non-causal TSSA backward from g_a (the gradient of a = w Pi) to g_w, the lines of
-    :func:`tostnp.nn.tssa.full_backward` from ``sq_h = w * w`` to ``g_w += g_a Pi``, with their
-    names::
+    :func:`tostnp.nn.tssa._backward_middle`, with their names::
 
         g_Pi_nk = sum_{c in k} (g_a_nc w_nc + w_nc^2 g_S2_c) + g_n_k                 (B, N, h)
         g_l     = Pi (g_Pi - sum_k Pi g_Pi)      g_temp_k = sum_{b,n} g_l q           (h, 1)
@@ -570,9 +578,7 @@ def tssa_statistics_backward(w, g_a, Pi, q, temp, g_S2, g_n, inv_S1, active, b_u
         np.multiply(gP, q[b0:b1, lo:hi], out=s)
         g_temp += (ones[:nb * n] @ s.reshape(nb * n, h))
         gP *= temp_r                                             # g_q
-        gT = np.ascontiguousarray(np.swapaxes(gP, 1, 2))         # (nb, h, n)
-        for k in range(h):                                       # gq_sq: matrix-vector products
-            gq_sq[b0:b1, k * p:(k + 1) * p] += (gT[:, k:k + 1] @ t[:, :, k * p:(k + 1) * p])[:, 0]
+        _add_head_token_sums(gq_sq[b0:b1], gP, t)                # gq_sq
     g_S1 = gq_sq
     g_S1 *= inv_S1
     g_S1 *= inv_S1

@@ -193,7 +193,7 @@ def full_forward(x, params, h, p, xp, out=None):
 def full_backward(dy, cache, xp, out=None):
     """Backward of :func:`full_forward` -> (dx, grads). ``out``: a (B, N, C) NumPy array that
     receives dx (the batch slices write into the whole layer's dx; NumPy fast path only)."""
-    params, h, p = cache["params"], cache["h"], cache["p"]
+    params, h = cache["params"], cache["h"]
     B, N, C = dy.shape
     dt, dev = dy.dtype, device_of(dy)
     E = head_indicator(xp, C, h, dt, dev)                                        # (C, h)
@@ -221,16 +221,27 @@ def full_backward(dy, cache, xp, out=None):
     g_m = -g_r * r * r                                                           # (B, C)
     g_S2 = g_m / (n_Pi @ Et)                                                     # (B, C)
     g_n = -((g_m * m) @ E) / n_Pi                                                # (B, h)
+    active = xp.astype(cache["S1"] > NORM_EPS2, dt)                              # (B, C)
     fast = fused(xp) if cache.get("in_pieces") else None
     if fast is not None:
-        # the same lines, from here to g_w, in pieces of tokens that stay in cache
+        # the same lines as _backward_middle, in pieces of tokens that stay in cache
         # (tostnp.backend.kernels.tssa_statistics_backward); g_w is written into g_a's buffer
-        active = xp.astype(cache["S1"] > NORM_EPS2, dt)
         g_w, grads["temp"], g_b_u = fast.tssa_statistics_backward(
             w, g_a, Pi, cache["q"], params["temp"], g_S2, g_n, inv_S1, active, "b_u" in params)
-        if "denom_bias" in params:
-            grads["denom_bias"] = xp.zeros_like(params["denom_bias"])
-        return project_in_backward(g_w, grads, cache, xp, g_b=g_b_u, out=out), grads
+    else:
+        g_b_u = None
+        g_w = _backward_middle(w, g_a, Pi, g_S2, g_n, inv_S1, active, Et, cache, grads, xp)
+    if "denom_bias" in params:
+        grads["denom_bias"] = xp.zeros_like(params["denom_bias"])
+    return project_in_backward(g_w, grads, cache, xp, g_b=g_b_u, out=out), grads
+
+
+def _backward_middle(w, g_a, Pi, g_S2, g_n, inv_S1, active, Et, cache, grads, xp):
+    """:func:`full_backward` from g_a (the gradient of a = w Pi) to g_w, through Pi, q and S1;
+    sets grads["temp"]. g_a is the caller's (written into)."""
+    h, p = cache["h"], cache["p"]
+    B, N, C = w.shape
+    dt, dev = w.dtype, device_of(w)
     sq_h = split_heads(w * w, h, p, xp)           # (B, N, h, p) recomputed: cheaper than caching it
     # Pi is used by a = w Pi, by S2 = sum_n Pi sq and by n = sum_n Pi (a broadcast back):
     # g_Pi_nk = sum_{c in k} (g_a_nc w_nc + sq_nc g_S2_c) + g_n_k, dot products over heads
@@ -241,7 +252,6 @@ def full_backward(dy, cache, xp, out=None):
     # q_nk = sum_{c in k} sq_nc / S1_c: S1 receives -sum_n g_q_nk sq_nc / S1_c^2 (unclamped c)
     gq_sq = head_token_sums(g_q, merge_heads(sq_h, xp), h, p, xp)                # (B, C)
     del sq_h
-    active = xp.astype(cache["S1"] > NORM_EPS2, dt)
     g_S1 = -gq_sq * inv_S1 * inv_S1 * active                                     # (B, C)
     # g_sq_nc = Pi_nk g_S2_c + g_q_nk / S1_c + g_S1_c (S1 = sum_n sq: a broadcast back), as ONE
     # matmul of inner size 2h+1: per-token factors [Pi | g_q | 1] times per-coordinate rows
@@ -255,9 +265,7 @@ def full_backward(dy, cache, xp, out=None):
     g_a_h = split_heads(g_a, h, p, xp)                                           # a view of g_a
     g_a_h *= per_coord(Pi, xp)
     g_w += merge_heads(g_a_h, xp)                                                # + g_a Pi
-    if "denom_bias" in params:
-        grads["denom_bias"] = xp.zeros_like(params["denom_bias"])
-    return project_in_backward(g_w, grads, cache, xp, out=out), grads
+    return g_w
 
 
 # --------------------------------------------------------------------------------------------

@@ -136,7 +136,8 @@ def project_in_backward(g_w, grads, cache, xp, g_b=None, out=None):
     if "b_u" in params:
         grads["b_u"] = sum_leading(xp, gw2) if g_b is None else g_b              # (C,)
     if out is not None:
-        fused(xp).matmul_into(gw2, xp.matrix_transpose(params["W_u"]), xp.reshape(out, (B * N, C)))
+        dx2 = xp.reshape(out, (B * N, C))                                        # a view of out
+        fused(xp).matmul_into(gw2, xp.matrix_transpose(params["W_u"]), dx2)
         return out
     return xp.reshape(gw2 @ xp.matrix_transpose(params["W_u"]), (B, N, C))       # (B, N, C)
 
