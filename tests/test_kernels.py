@@ -480,7 +480,8 @@ def test_tssa_with_biases_matches_plain():
                                              (3, 7, 16, 4, 16),     # one token per piece
                                              (1, 33, 8, 2, 1 << 20)])  # one piece
 @pytest.mark.parametrize("bias", [True, False])
-def test_tssa_statistics_in_pieces_match_plain(monkeypatch, B, N, C, h, chunk, bias):
+def test_tssa_statistics_in_pieces_match_plain(monkeypatch, tssa_kernels, B, N, C, h, chunk,
+                                                bias):
     """The non-causal TSSA forward with its token statistics in pieces
     (kernels.tssa_statistics, and y's bias inside its product, kernels.linear_ones) against the
     plain path, forward and backward, in float64; and its quantities against the plain lines."""
@@ -515,7 +516,7 @@ def test_tssa_statistics_in_pieces_match_plain(monkeypatch, B, N, C, h, chunk, b
     assert rel(a1[..., :C], w * PiE) < 1e-13
 
 
-def test_tssa_backward_in_pieces_with_a_clamped_coordinate(monkeypatch):
+def test_tssa_backward_in_pieces_with_a_clamped_coordinate(monkeypatch, tssa_kernels):
     """A coordinate of w that is 0 for every token (S1 = 0, clamped: no gradient through S1)
     takes the same way through the backward in pieces (kernels.tssa_statistics_backward) as
     through the plain lines; and the backward leaves its inputs as they were."""
@@ -540,7 +541,7 @@ def test_tssa_backward_in_pieces_with_a_clamped_coordinate(monkeypatch):
     assert set(g) == set(g_p) and all(rel(g[k], g_p[k]) < 1e-12 for k in g_p)
 
 
-def test_tssa_statistics_in_batch_slices_match_plain(monkeypatch):
+def test_tssa_statistics_in_batch_slices_match_plain(monkeypatch, tssa_kernels):
     """The pieces inside the batch slices (one per thread; y written into the layer's y)."""
     from tostnp.nn import tssa
     monkeypatch.setattr(tuning, "PIECES_MIN", 1)

@@ -49,6 +49,7 @@ from concurrent.futures import ThreadPoolExecutor
 import numpy as np
 
 from . import tuning
+from .runtime import compiled
 
 __all__ = ["add_rows", "gelu_forward", "gelu_backward", "gelu_forward_slope",
            "gelu_slope_backward", "log_softmax", "layer_norm_forward",
@@ -467,8 +468,13 @@ def tssa_statistics(w, b_u, temp, h: int, eps2: float, pi_eps: float, ones_colum
     written), the second (which needs S1 of every token) does the rest; w^2 is a piece-sized
     temporary, never a (B, N, C) array. The plain lines sweep memory about ten times and write
     two (B, N, C) temporaries.
-    Runs on the calling thread (the layer's batch slices are already one per thread).
+    Runs on the calling thread (the layer's batch slices are already one per thread). Where
+    the compiled kernels are on (:func:`tostnp.backend.runtime.compiled`), their twin runs
+    instead: one loop over tokens, w read twice and a written once.
     """
+    jit = compiled()
+    if jit is not None:
+        return jit.tssa_statistics(w, b_u, temp, h, eps2, pi_eps, ones_column)
     B, N, C = w.shape
     p = C // h
     dt = w.dtype
@@ -540,8 +546,12 @@ def tssa_statistics_backward(w, g_a, Pi, q, temp, g_S2, g_n, inv_S1, active, b_u
     Two passes over w and g_a in pieces of tokens (:func:`_token_pieces`): the first, up to the
     sums gq_sq (which need every token), the second g_w; w^2 and the factor of 2 w are
     piece-sized temporaries. The plain lines sweep memory about eleven times and write three
-    (B, N, C) arrays.
+    (B, N, C) arrays. Where the compiled kernels are on, their twin runs instead.
     """
+    jit = compiled()
+    if jit is not None:
+        return jit.tssa_statistics_backward(w, g_a, Pi, q, temp, g_S2, g_n, inv_S1, active,
+                                            b_u_grad)
     B, N, C = w.shape
     h = Pi.shape[-1]
     p = C // h

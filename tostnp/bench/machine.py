@@ -50,6 +50,7 @@ def _cpuinfo() -> tuple:
 def machine_info() -> dict:
     """What a benchmark JSON records about the machine (every field measured here and now)."""
     import numpy as np
+    from ..backend.runtime import compiled_status
     model, vendor = _cpuinfo()
     blas = []
     try:
@@ -66,6 +67,7 @@ def machine_info() -> dict:
             "blas": "; ".join(f"{b['internal_api']} {b['version']} ({b['architecture']}, "
                               f"{b['prefix']})" for b in blas),
             "env_OPENBLAS_CORETYPE": os.environ.get("OPENBLAS_CORETYPE"),
+            "compiled_kernels": compiled_status(),
             "loadavg": loadavg()}
 
 

@@ -16,6 +16,7 @@ import numpy as np
 from .. import backend
 from ..backend.budget import memory_budget
 from .machine import loadavg as _loadavg
+from ..backend.runtime import compiled_status
 from .peaks import traced_peak_bytes
 
 __all__ = ["DEFAULT_SIZES", "DEFAULT_CONTEXTS", "LAYERS", "LABELS", "run_benchmark",
@@ -326,6 +327,7 @@ def _meta(s, load_before) -> dict:
         "machine": f"{platform.machine()}, {os.cpu_count()} CPUs, {platform.system()}",
         "python": platform.python_version(), "numpy": np.__version__, "blas": blas,
         "env_OPENBLAS_CORETYPE": os.environ.get("OPENBLAS_CORETYPE"),
+        "compiled_kernels": compiled_status(),
         "loadavg_before": load_before, "loadavg_after": _loadavg(),
         "timing": ("median over --repeats rounds after --warmup rounds; each round runs every "
                    "measurement once (order reversed every other round)"),

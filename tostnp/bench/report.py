@@ -75,7 +75,8 @@ def format_report(result: dict) -> str:
     m = result["meta"]
     lines = [f"tostnp bench: B={m['batch']} C={m['width']} h={m['heads']} {m['dtype']} on "
              f"{m['device']} ({m['machine']}); load average {m['loadavg_before']} -> "
-             f"{m['loadavg_after']}", ""]
+             f"{m['loadavg_after']}",
+             f"compiled kernels: {m.get('compiled_kernels', 'not recorded')}", ""]
     head = f"{'N':>6} {'layer':<16}{'fwd ms':>10}{'fwd+bwd ms':>12}{'fwd MB':>10}{'f+b MB':>10}"
     lines += [head, "-" * len(head)]
     for N in m["sizes"]:

@@ -1,0 +1,235 @@
+"""Compiled kernels (optional): the non-causal TSSA statistics, forward and backward, as loops
+over tokens compiled by Numba.
+
+The NumPy kernels of :mod:`tostnp.backend.kernels` run each line of the layer on a piece of
+tokens; every line is a NumPy call that reads its piece again, and the chain from ``w^2`` to
+``a = w Pi`` sweeps a piece six times. Here one loop over tokens does the whole chain on a
+token's row of C numbers while it sits in the first-level cache: the forward reads w twice
+(the bias and S1, then the rest) and writes a once; the backward reads w and g_a twice and
+writes g_w once. That is the least memory traffic the lines allow: S1 (and in the backward
+gq_sq) is a sum over every token that the second loop needs.
+
+Optional. Numba is a well-kept compiler made for exactly this (NumPy loops to machine code);
+numexpr, the other candidate, has no reductions worth using here (5-16x slower than NumPy's)
+and cannot fuse the per-head softmax. Without Numba -- not installed, too old for this NumPy,
+in Pyodide, or switched off (``TOSTNP_JIT=0``, :func:`tostnp.backend.set_jit`) -- the NumPy
+kernels run instead (:func:`tostnp.backend.runtime.compiled` is the one switch). Each kernel
+is compiled on its first call in a process (about a second per dtype), never cached on disk.
+
+Sums over tokens accumulate in the arrays' dtype, token after token, as the NumPy kernels'
+einsum does; sums over a head's coordinates may be reordered (``fastmath`` reassociation, for
+vector instructions). NaN and infinity propagate as in the plain lines: no ``nnan``/``ninf``.
+The tests check these kernels against the plain lines in float64
+(tests/test_kernels.py, ``test_tssa_statistics_in_pieces_match_plain``).
+"""
+from __future__ import annotations
+
+import math
+import sys
+
+import numpy as np
+
+_state = {}          # "numba": the module, or "why": why the kernels are unavailable
+
+
+def available() -> bool:
+    """Whether Numba imports here (tried once per process; never in Pyodide)."""
+    if "numba" not in _state and "why" not in _state:
+        if sys.platform == "emscripten":
+            _state["why"] = "not in Pyodide"
+        else:
+            try:
+                import numba
+                _state["numba"] = numba
+            except Exception as e:          # not installed, or built for another NumPy
+                _state["why"] = f"numba does not import: {type(e).__name__}: {e}"[:200]
+    return "numba" in _state
+
+
+def describe() -> str:
+    """One line for reports: the Numba version in use, or why there is none."""
+    if available():
+        return f"numba {_state['numba'].__version__}"
+    return _state["why"]
+
+
+_kernels = {}
+
+
+def _compile():
+    """The jitted loops, compiled lazily per dtype on first call (Numba's dispatcher)."""
+    if _kernels:
+        return _kernels
+    numba = _state["numba"]
+    # reassociation lets a head's dot product use vector registers; contraction allows FMA
+    jit = numba.njit(nogil=True, fastmath={"reassoc", "contract"}, boundscheck=False,
+                     error_model="numpy", cache=False)
+
+    @jit
+    def forward_sums(w, b, has_b, S1):
+        """w (N, C) += b (in place, with has_b); S1 (C,) += sum_n w^2."""
+        N, C = w.shape
+        for n in range(N):
+            if has_b:
+                for c in range(C):
+                    v = w[n, c] + b[c]
+                    w[n, c] = v
+                    S1[c] += v * v
+            else:
+                for c in range(C):
+                    v = w[n, c]
+                    S1[c] += v * v
+
+    @jit
+    def forward_rest(w, inv_S1, temp, q, Pi, n_Pi, S2, a, ones_column, zero):
+        """q, Pi (N, h), n_Pi (h,) += sum_n Pi, S2 (C,) += sum_n Pi w^2, a (N, C[+1]) = w Pi
+        (and its last column 1 with ones_column), for one batch row."""
+        N, C = w.shape
+        h = q.shape[1]
+        p = C // h
+        l = np.empty(h, np.float64)
+        nP = np.zeros(h, np.float64)
+        for n in range(N):
+            for k in range(h):
+                acc = zero
+                for i in range(p):
+                    c = k * p + i
+                    v = w[n, c]
+                    acc += v * v * inv_S1[c]
+                q[n, k] = acc
+                l[k] = temp[k] * acc
+            mx = l[0]
+            for k in range(1, h):
+                if l[k] > mx or l[k] != l[k]:
+                    mx = l[k]
+            tot = 0.0
+            for k in range(h):
+                e = math.exp(l[k] - mx)
+                l[k] = e
+                tot += e
+            for k in range(h):
+                Pi[n, k] = l[k] / tot
+                pi = Pi[n, k]
+                nP[k] += pi
+                for i in range(p):
+                    c = k * p + i
+                    v = w[n, c]
+                    a[n, c] = v * pi
+                    S2[c] += pi * (v * v)
+            if ones_column:
+                a[n, C] = 1
+        for k in range(h):
+            n_Pi[k] += nP[k]
+
+    @jit
+    def backward_sums(w, g_a, Pi, q, temp, g_S2, g_n, g_q, gq_sq, g_temp, zero):
+        """g_q (N, h), gq_sq (C,) += sum_n g_q w^2 and g_temp (h,) += sum_n g_l q, one row."""
+        N, C = w.shape
+        h = q.shape[1]
+        p = C // h
+        gP = np.empty(h, np.float64)
+        gt = np.zeros(h, np.float64)
+        for n in range(N):
+            s = 0.0
+            for k in range(h):
+                acc = zero
+                for i in range(p):
+                    c = k * p + i
+                    v = w[n, c]
+                    acc += g_a[n, c] * v + (v * v) * g_S2[c]
+                gP[k] = acc + g_n[k]
+                s += Pi[n, k] * gP[k]
+            for k in range(h):
+                gl = Pi[n, k] * (gP[k] - s)
+                gt[k] += gl * q[n, k]
+                g_q[n, k] = gl * temp[k]
+                gq = g_q[n, k]
+                for i in range(p):
+                    c = k * p + i
+                    v = w[n, c]
+                    gq_sq[c] += gq * (v * v)
+        for k in range(h):
+            g_temp[k] += gt[k]
+
+    @jit
+    def backward_rest(w, g_a, Pi, g_q, g_S2, inv_S1, g_S1, g_b, has_b):
+        """g_a (N, C) := 2 w (Pi g_S2 + g_q inv_S1 + g_S1) + g_a Pi, in place; g_b (C,) +=
+        sum_n of it with has_b."""
+        N, C = w.shape
+        h = Pi.shape[1]
+        p = C // h
+        for n in range(N):
+            for k in range(h):
+                pi = Pi[n, k]
+                gq = g_q[n, k]
+                if has_b:
+                    for i in range(p):
+                        c = k * p + i
+                        v = w[n, c]
+                        gw = (v + v) * (pi * g_S2[c] + gq * inv_S1[c] + g_S1[c]) + g_a[n, c] * pi
+                        g_a[n, c] = gw
+                        g_b[c] += gw
+                else:
+                    for i in range(p):
+                        c = k * p + i
+                        v = w[n, c]
+                        g_a[n, c] = (v + v) * (pi * g_S2[c] + gq * inv_S1[c] + g_S1[c]) \
+                            + g_a[n, c] * pi
+
+    # ``zero`` (a scalar of the arrays' dtype) starts the per-head sums: a literal 0 would make
+    # them float64 (Numba types float32 * int as float64), half as fast in float32
+    _kernels.update(forward_sums=forward_sums, forward_rest=forward_rest,
+                    backward_sums=backward_sums, backward_rest=backward_rest)
+    return _kernels
+
+
+def tssa_statistics(w, b_u, temp, h: int, eps2: float, pi_eps: float, ones_column: bool = False):
+    """:func:`tostnp.backend.kernels.tssa_statistics` (same arguments, same results) as two
+    compiled loops over the tokens of each batch row."""
+    k = _compile()
+    B, N, C = w.shape
+    dt = w.dtype
+    S1 = np.zeros((B, C), dt)
+    bias = b_u if b_u is not None else np.zeros(C, dt)
+    for b in range(B):
+        k["forward_sums"](w[b], bias, b_u is not None, S1[b])
+    inv_S1 = np.maximum(S1, eps2)
+    np.reciprocal(inv_S1, out=inv_S1)
+    q = np.empty((B, N, h), dt)
+    Pi = np.empty((B, N, h), dt)
+    n_Pi = np.zeros((B, h), dt)
+    S2 = np.zeros((B, C), dt)
+    a_buf = np.empty((B, N, C + 1 if ones_column else C), dt)
+    t = np.ascontiguousarray(temp.reshape(h), dtype=dt)
+    for b in range(B):
+        k["forward_rest"](w[b], inv_S1[b], t, q[b], Pi[b], n_Pi[b], S2[b], a_buf[b],
+                          ones_column, dt.type(0))
+    n_Pi += pi_eps
+    return S1, inv_S1, q, Pi, n_Pi, S2, a_buf
+
+
+def tssa_statistics_backward(w, g_a, Pi, q, temp, g_S2, g_n, inv_S1, active, b_u_grad: bool):
+    """:func:`tostnp.backend.kernels.tssa_statistics_backward` (same arguments, same results)
+    as two compiled loops over the tokens of each batch row."""
+    k = _compile()
+    B, N, C = w.shape
+    h = Pi.shape[-1]
+    dt = w.dtype
+    Pi = np.ascontiguousarray(Pi)
+    t = np.ascontiguousarray(temp.reshape(h), dtype=dt)
+    g_q = np.empty((B, N, h), dt)
+    gq_sq = np.zeros((B, C), dt)
+    g_temp = np.zeros(h, dt)
+    for b in range(B):
+        k["backward_sums"](w[b], g_a[b], Pi[b], q[b], t, g_S2[b], g_n[b], g_q[b], gq_sq[b],
+                           g_temp, dt.type(0))
+    g_S1 = gq_sq
+    g_S1 *= inv_S1
+    g_S1 *= inv_S1
+    g_S1 *= active
+    np.negative(g_S1, out=g_S1)                                  # -gq_sq inv_S1^2 active
+    g_b = np.zeros((B, C), dt)
+    for b in range(B):
+        k["backward_rest"](w[b], g_a[b], Pi[b], g_q[b], g_S2[b], inv_S1[b], g_S1[b], g_b[b],
+                           b_u_grad)
+    return g_a, g_temp.reshape(h, 1), (g_b.sum(axis=0) if b_u_grad else None)
