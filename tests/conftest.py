@@ -28,8 +28,8 @@ def tssa_kernels(request, monkeypatch):
     """The fast path's TSSA statistics kernels of one kind: NumPy's (tostnp.backend.kernels) or
     the compiled ones (tostnp.backend.compiled, skipped where Numba does not import; the tests'
     install has it, requirements-fast.txt)."""
-    from tostnp.backend import compiled, runtime
+    from tostnp.backend import compiled
     if request.param == "numba" and not compiled.available():
         pytest.skip(f"compiled kernels unavailable: {compiled.describe()}")
-    monkeypatch.setattr(runtime, "_jit_on", request.param == "numba")
+    monkeypatch.setattr(compiled, "_on", request.param == "numba")
     return request.param

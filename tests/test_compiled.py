@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from tostnp import backend
-from tostnp.backend import compiled, kernels, runtime, tuning
+from tostnp.backend import compiled, tuning
 from references import rel_err as rel
 
 needs_numba = pytest.mark.skipif(not compiled.available(),
@@ -60,7 +60,7 @@ def test_compiled_kernels_are_the_ones_that_run(monkeypatch):
     rng = np.random.default_rng(0)
     params, x, dy = _layer(rng, 2, 20, 12, 3, np.float64)
     _run(params, x, dy, 3, jit=False)
-    assert calls == [] and runtime.compiled() is compiled
+    assert calls == [] and compiled.active()
     _run(params, x, dy, 3, jit=True)
     assert calls == ["tssa_statistics", "tssa_statistics_backward"]
 
@@ -112,12 +112,12 @@ def test_without_numba_the_numpy_kernels_run(monkeypatch):
     monkeypatch.setattr(compiled, "_state", {})
     monkeypatch.setattr(sys, "platform", "emscripten")
     assert not compiled.available() and compiled.describe() == "not in Pyodide"
-    assert runtime.compiled() is None
+    assert not compiled.active()
     monkeypatch.setattr(sys, "platform", "linux")
     monkeypatch.setattr(compiled, "_state", {})
     monkeypatch.setitem(sys.modules, "numba", None)          # import numba raises ImportError
     assert not compiled.available() and compiled.describe().startswith("numba does not import")
-    assert runtime.compiled() is None
+    assert not compiled.active()
     monkeypatch.setattr(tuning, "PIECES_MIN", 1)
     rng = np.random.default_rng(4)
     params, x, dy = _layer(rng, 2, 16, 8, 2, np.float64)
@@ -133,7 +133,7 @@ def test_without_numba_the_numpy_kernels_run(monkeypatch):
     assert all(rel(g[k], gp[k]) < 1e-12 for k in gp)
     old = backend.set_jit(False)
     try:
-        assert runtime.compiled() is None and runtime.compiled_status().startswith("off")
+        assert not compiled.active() and compiled.describe().startswith("off")
     finally:
         backend.set_jit(old)
 

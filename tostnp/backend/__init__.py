@@ -32,8 +32,9 @@ from .arrays import (namespace, is_numpy, is_cupy, gpu_available, get_xp, device
                      from_host, indices, scatter_add)
 from .rng import RNG
 from .special import erf, erf_array_api
-from .runtime import (fused, add_bias, set_fast, set_jit, threads, cpu_cores,
-                      keep_freed_memory, backward_ahead)
+from .runtime import (fused, add_bias, set_fast, threads, cpu_cores, keep_freed_memory,
+                      backward_ahead)
+from .compiled import set_jit
 
 __all__ = [
     "namespace", "get_xp", "gpu_available", "device_of", "to_host", "from_host",

@@ -12,8 +12,8 @@ gq_sq) is a sum over every token that the second loop needs.
 Optional. Numba is a well-kept compiler made for exactly this (NumPy loops to machine code);
 numexpr, the other candidate, has no reductions worth using here (5-16x slower than NumPy's)
 and cannot fuse the per-head softmax. Without Numba -- not installed, too old for this NumPy,
-in Pyodide, or switched off (``TOSTNP_JIT=0``, :func:`tostnp.backend.set_jit`) -- the NumPy
-kernels run instead (:func:`tostnp.backend.runtime.compiled` is the one switch). Each kernel
+in Pyodide, or switched off (``TOSTNP_JIT=0`` in the environment, or :func:`set_jit`, also
+``tostnp.backend.set_jit``) -- the NumPy kernels run instead; :func:`active` says which. Each kernel
 is compiled on its first call in a process (about a second per dtype), never cached on disk.
 
 Sums over tokens accumulate in the arrays' dtype, token after token, as the NumPy kernels'
@@ -25,11 +25,25 @@ The tests check these kernels against the plain lines in float64
 from __future__ import annotations
 
 import math
+import os
 import sys
 
 import numpy as np
 
 _state = {}          # "numba": the module, or "why": why the kernels are unavailable
+_on = os.environ.get("TOSTNP_JIT", "1") != "0"
+
+
+def set_jit(on: bool) -> bool:
+    """Switch the compiled kernels on or off for the whole process; returns the old setting."""
+    global _on
+    old, _on = _on, bool(on)
+    return old
+
+
+def active() -> bool:
+    """Whether the kernels that have a compiled twin hand over to it: on, and Numba imports."""
+    return _on and available()
 
 
 def available() -> bool:
@@ -48,6 +62,8 @@ def available() -> bool:
 
 def describe() -> str:
     """One line for reports: the Numba version in use, or why there is none."""
+    if not _on:
+        return "off (TOSTNP_JIT=0 or set_jit(False))"
     if available():
         return f"numba {_state['numba'].__version__}"
     return _state["why"]

@@ -49,7 +49,7 @@ from concurrent.futures import ThreadPoolExecutor
 import numpy as np
 
 from . import tuning
-from .runtime import compiled
+from . import compiled as _compiled
 
 __all__ = ["add_rows", "gelu_forward", "gelu_backward", "gelu_forward_slope",
            "gelu_slope_backward", "log_softmax", "layer_norm_forward",
@@ -469,12 +469,11 @@ def tssa_statistics(w, b_u, temp, h: int, eps2: float, pi_eps: float, ones_colum
     temporary, never a (B, N, C) array. The plain lines sweep memory about ten times and write
     two (B, N, C) temporaries.
     Runs on the calling thread (the layer's batch slices are already one per thread). Where
-    the compiled kernels are on (:func:`tostnp.backend.runtime.compiled`), their twin runs
+    the compiled kernels are on (:func:`tostnp.backend.compiled.active`), their twin runs
     instead: one loop over tokens, w read twice and a written once.
     """
-    jit = compiled()
-    if jit is not None:
-        return jit.tssa_statistics(w, b_u, temp, h, eps2, pi_eps, ones_column)
+    if _compiled.active():
+        return _compiled.tssa_statistics(w, b_u, temp, h, eps2, pi_eps, ones_column)
     B, N, C = w.shape
     p = C // h
     dt = w.dtype
@@ -548,10 +547,9 @@ def tssa_statistics_backward(w, g_a, Pi, q, temp, g_S2, g_n, inv_S1, active, b_u
     piece-sized temporaries. The plain lines sweep memory about eleven times and write three
     (B, N, C) arrays. Where the compiled kernels are on, their twin runs instead.
     """
-    jit = compiled()
-    if jit is not None:
-        return jit.tssa_statistics_backward(w, g_a, Pi, q, temp, g_S2, g_n, inv_S1, active,
-                                            b_u_grad)
+    if _compiled.active():
+        return _compiled.tssa_statistics_backward(w, g_a, Pi, q, temp, g_S2, g_n, inv_S1,
+                                                  active, b_u_grad)
     B, N, C = w.shape
     h = Pi.shape[-1]
     p = C // h

@@ -14,7 +14,6 @@ import threading
 
 _NUMPY_NAMES = ("numpy", "array_api_compat.numpy")
 _fast_on = os.environ.get("TOSTNP_FAST", "1") != "0"
-_jit_on = os.environ.get("TOSTNP_JIT", "1") != "0"
 
 
 def fused(xp):
@@ -71,32 +70,6 @@ def set_fast(on: bool) -> bool:
     """Switch the NumPy fast path on or off for the whole process; returns the old setting."""
     global _fast_on
     old, _fast_on = _fast_on, bool(on)
-    return old
-
-
-def compiled():
-    """The compiled kernels (module :mod:`tostnp.backend.compiled`, Numba) or None: None where
-    Numba does not import (not installed, Pyodide) and after ``set_jit(False)`` (or with
-    ``TOSTNP_JIT=0`` in the environment). The NumPy fast kernels that have a compiled twin ask
-    this first; the tests run both."""
-    if not _jit_on:
-        return None
-    from . import compiled as _compiled
-    return _compiled if _compiled.available() else None
-
-
-def compiled_status() -> str:
-    """One line for reports: the compiled kernels in use ("numba 0.68.1"), or why none."""
-    if not _jit_on:
-        return "off (TOSTNP_JIT=0 or set_jit(False))"
-    from . import compiled as _compiled
-    return _compiled.describe()
-
-
-def set_jit(on: bool) -> bool:
-    """Switch the compiled kernels on or off for the whole process; returns the old setting."""
-    global _jit_on
-    old, _jit_on = _jit_on, bool(on)
     return old
 
 

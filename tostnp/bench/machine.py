@@ -50,7 +50,7 @@ def _cpuinfo() -> tuple:
 def machine_info() -> dict:
     """What a benchmark JSON records about the machine (every field measured here and now)."""
     import numpy as np
-    from ..backend.runtime import compiled_status
+    from ..backend.compiled import describe as compiled_status
     model, vendor = _cpuinfo()
     blas = []
     try:

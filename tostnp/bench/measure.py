@@ -16,7 +16,7 @@ import numpy as np
 from .. import backend
 from ..backend.budget import memory_budget
 from .machine import loadavg as _loadavg
-from ..backend.runtime import compiled_status
+from ..backend.compiled import describe as compiled_status
 from .peaks import traced_peak_bytes
 
 __all__ = ["DEFAULT_SIZES", "DEFAULT_CONTEXTS", "LAYERS", "LABELS", "run_benchmark",
