@@ -27,6 +27,7 @@ from __future__ import annotations
 import math
 import os
 import sys
+import threading
 
 import numpy as np
 
@@ -70,13 +71,19 @@ def describe() -> str:
 
 
 _kernels = {}
+_lock = threading.Lock()     # the layer's batch slices may ask for the kernels at once
 
 
 def _compile():
     """The jitted loops, compiled lazily per dtype on first call (Numba's dispatcher)."""
-    if _kernels:
-        return _kernels
-    numba = _state["numba"]
+    with _lock:
+        if not _kernels:
+            _kernels.update(_define(_state["numba"]))
+    return _kernels
+
+
+def _define(numba) -> dict:
+    """The loops, as Numba dispatchers."""
     # reassociation lets a head's dot product use vector registers; contraction allows FMA
     jit = numba.njit(nogil=True, fastmath={"reassoc", "contract"}, boundscheck=False,
                      error_model="numpy", cache=False)
@@ -194,9 +201,8 @@ def _compile():
 
     # ``zero`` (a scalar of the arrays' dtype) starts the per-head sums: a literal 0 would make
     # them float64 (Numba types float32 * int as float64), half as fast in float32
-    _kernels.update(forward_sums=forward_sums, forward_rest=forward_rest,
-                    backward_sums=backward_sums, backward_rest=backward_rest)
-    return _kernels
+    return {"forward_sums": forward_sums, "forward_rest": forward_rest,
+            "backward_sums": backward_sums, "backward_rest": backward_rest}
 
 
 def tssa_statistics(w, b_u, temp, h: int, eps2: float, pi_eps: float, ones_column: bool = False):
