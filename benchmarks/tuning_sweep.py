@@ -12,7 +12,9 @@ beside its two matrix products (x @ W twice on (B N, C) x (C, C)), timed in the 
 once, in an order reversed every other round: the constant is set, one step runs unmeasured,
 then ``--steps`` steps are timed. It prints, and with ``--out`` writes, the median seconds per
 step of each candidate over the rounds, with the CPU, the BLAS and the load average. Run it on
-an otherwise idle machine; differences of a percent or two are noise.
+an otherwise idle machine; differences of a percent or two are noise. The TSSA's piece size
+(``TSSA_PIECE``) is the NumPy kernels': where Numba is installed, sweep it with ``TOSTNP_JIT=0``
+(the JSON's ``machine.compiled_kernels`` says which kernels ran).
 """
 from __future__ import annotations
 

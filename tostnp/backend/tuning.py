@@ -28,7 +28,8 @@ PIECES_MIN = 1 << 18
 ADD_ROWS_TILE = 1 << 14
 
 # Numbers per piece of the non-causal TSSA layer's token statistics (kernels.tssa_statistics)
-# and of its backward (kernels.tssa_statistics_backward): 2 MiB of float32. Smaller pieces
+# and of its backward (kernels.tssa_statistics_backward), on the NumPy kernels (their compiled
+# twins, tostnp.backend.compiled, loop over tokens: no pieces): 2 MiB of float32. Smaller pieces
 # (CHUNK's 128K) cost more calls, which the layer's batch slices, one per thread, then wait
 # for each other to make (the forward at B 4, N 4096, C 384, 2 threads: 1.43x its two
 # products against 1.32x with 512K or 2M pieces, the plain lines' 1.32x; docs/tuning.md).
