@@ -10,11 +10,11 @@ writes g_w once. That is the least memory traffic the lines allow: S1 (and in th
 gq_sq) is a sum over every token that the second loop needs.
 
 Optional. Numba is a well-kept compiler made for exactly this (NumPy loops to machine code);
-numexpr, the other candidate, has no reductions worth using here (5-16x slower than NumPy's)
-and cannot fuse the per-head softmax. Without Numba -- not installed, too old for this NumPy,
+numexpr, the other candidate, has no reductions worth using here (several times slower than
+NumPy's, measured) and cannot fuse the per-head softmax. Without Numba -- not installed, too old for this NumPy,
 in Pyodide, or switched off (``TOSTNP_JIT=0`` in the environment, or :func:`set_jit`, also
-``tostnp.backend.set_jit``) -- the NumPy kernels run instead; :func:`active` says which. Each kernel
-is compiled on its first call in a process (about a second per dtype), never cached on disk.
+``tostnp.backend.set_jit``) -- the NumPy kernels run instead; :func:`active` says which. Each
+kernel is compiled on its first call in a process, per dtype, and never cached on disk.
 
 Sums over tokens accumulate in the arrays' dtype, token after token, as the NumPy kernels'
 einsum does; sums over a head's coordinates may be reordered (``fastmath`` reassociation, for
