@@ -42,6 +42,7 @@ Shapes: ``(..., C)`` arrays with the statistics over the last axis, as in :mod:`
 """
 from __future__ import annotations
 
+import functools
 import math
 import os
 from concurrent.futures import ThreadPoolExecutor
@@ -55,7 +56,8 @@ __all__ = ["add_rows", "gelu_forward", "gelu_backward", "gelu_forward_slope",
            "gelu_slope_backward", "log_softmax", "layer_norm_forward",
            "layer_norm_backward", "adamw_update", "softmax_cross_entropy_backward", "sum_leading",
            "set_threads", "get_threads", "on_threads", "shard_bounds", "flat_zeros", "adamw_update_flat",
-           "matmul_into", "tssa_in_pieces", "tssa_statistics", "linear_ones"]
+           "matmul_into", "tssa_in_pieces", "tssa_statistics", "output_weights_ones",
+           "head_indicator"]
 
 # ---------------------------------------------------------------------------------------------
 # the piece executor: rows of an (M, L) view, in pieces of about tuning.CHUNK elements
@@ -416,6 +418,17 @@ def layer_norm_backward(dy, xhat, rstd, gamma, has_beta: bool = True):
 # ---------------------------------------------------------------------------------------------
 # non-causal TSSA: the token statistics between the layer's two matrix products
 # ---------------------------------------------------------------------------------------------
+@functools.lru_cache(maxsize=64)
+def head_indicator(C: int, h: int, dtype) -> np.ndarray:
+    """E (C, h), E[c, k] = 1 where coordinate c belongs to head k (c // p == k): the plain
+    line's array (:func:`tostnp.nn.tssa_heads.head_indicator`), built once per shape and dtype
+    and read-only (every layer call and decoder step of that shape shares it)."""
+    p = C // h
+    E = (np.arange(C)[:, None] // p == np.arange(h)[None, :]).astype(dtype)
+    E.flags.writeable = False
+    return E
+
+
 def matmul_into(a, b, out):
     """a @ b written into ``out`` (a view of a larger array: no copy of the product after)."""
     return np.matmul(a, b, out=out)
@@ -461,7 +474,7 @@ def tssa_statistics(w, b_u, temp, h: int, eps2: float, pi_eps: float, ones_colum
 
     Returns (S1, inv_S1, q, Pi, n_Pi, S2, a). With ``ones_column``, a is the first C columns
     of a (B, N, C + 1) array whose last column is 1, returned instead: [a | 1] @ [W; b] is the
-    output projection with its bias added inside the product (:func:`linear_ones`).
+    output projection with its bias added inside the product (:func:`output_weights_ones`).
 
     Two passes over w in pieces of tokens (:func:`_token_pieces`), each chain on a piece that
     sits in the core's cache: the first adds the bias and sums the squares (one einsum, no w^2
@@ -620,16 +633,17 @@ def tssa_statistics_backward(w, g_a, Pi, q, temp, g_S2, g_n, inv_S1, active, b_u
     return g_a, g_temp.reshape(h, 1), (None if g_b is None else g_b.sum(axis=0))
 
 
-def linear_ones(a1, W, b, out=None):
-    """[a | 1] @ [W; b] = a @ W + b, the bias added inside the matrix product (one (.., C)
-    pass less). a1: (B, N, C + 1) whose last column is 1 (:func:`tssa_statistics` with
-    ``ones_column``); W: (C, D) or (B, C, D); b: (D,). y written into ``out`` when given."""
-    C = a1.shape[-1] - 1
-    lead = W.shape[:-2]
-    Wb = np.empty(lead + (C + 1, W.shape[-1]), W.dtype)
-    Wb[..., :C, :] = W
-    Wb[..., C, :] = b
-    return np.matmul(a1, Wb, out=out)
+def output_weights_ones(r, W, b):
+    """[diag(-r) W; b] for each batch row: (B, C + 1, D) from r (B, C), W (C, D), b (D,).
+    [a | 1] @ it = a @ (diag(-r) W) + b, the output projection with its bias added inside the
+    matrix product (one (.., D) pass less; a from :func:`tssa_statistics` with
+    ``ones_column``). The layer keeps its first C rows as W_eff (a view): diag(-r) W is
+    written once, into this array."""
+    B, C = r.shape
+    Wb = np.empty((B, C + 1, W.shape[-1]), W.dtype)
+    np.multiply(np.negative(r)[:, :, None], W, out=Wb[:, :C])
+    Wb[:, C] = b
+    return Wb
 
 
 # ---------------------------------------------------------------------------------------------

@@ -135,7 +135,8 @@ def full_forward(x, params, h, p, xp, out=None):
     if in_pieces:
         # the same lines, from w^2 to a = w Pi, in pieces of tokens that stay in cache
         # (tostnp.backend.kernels.tssa_statistics); w's bias is added there. For long sequences
-        # a comes as [a | 1], so that y's bias is added inside its product (kernels.linear_ones)
+        # a comes as [a | 1], so that y's bias is added inside its product
+        # (kernels.output_weights_ones)
         w = project_in(x, params, xp, bias=False)                                # (B, N, C)
         ones = N >= C and "b_o" in params
         S1, inv_S1, q, Pi, n_Pi, S2, a = fast.tssa_statistics(
@@ -169,12 +170,13 @@ def full_forward(x, params, h, p, xp, out=None):
     # sequences (N >= C) fold it into the weight, y = a @ (diag(-r) W_o): one C x C per batch
     # element instead of an (N, C) pass; for short ones the (N, C) pass is the smaller
     W_eff = a_r = None
-    if N >= C:
+    if a1 is not None:                                # y = [a | 1] @ [W_eff; b_o] (N >= C)
+        Wb = fast.output_weights_ones(r, params["W_o"], params["b_o"])           # (B, C+1, C)
+        W_eff = Wb[:, :C]                                                        # a view
+        y = a1 @ Wb if out is None else fast.matmul_into(a1, Wb, out)            # (B, N, C)
+    elif N >= C:
         W_eff = xp.reshape(-r, (B, C, 1)) * params["W_o"]                        # (B, C, C)
-        if a1 is not None:                                       # y = [a | 1] @ [W_eff; b_o]
-            y = fast.linear_ones(a1, W_eff, params["b_o"], out)
-        else:
-            y = a @ W_eff if out is None else fast.matmul_into(a, W_eff, out)    # (B, N, C)
+        y = a @ W_eff if out is None else fast.matmul_into(a, W_eff, out)        # (B, N, C)
     else:
         a_r = a * xp.reshape(-r, (B, 1, C))                                      # (B, N, C)
         a_r2, W_o = xp.reshape(a_r, (B * N, C)), params["W_o"]

@@ -61,7 +61,11 @@ def check_width(x, name: str, params) -> None:
 # head views and reductions
 # --------------------------------------------------------------------------------------------
 def head_indicator(xp, C: int, h: int, dtype, device):
-    """E (C, h): E[c, k] = 1 if coordinate c belongs to head k (c // p == k)."""
+    """E (C, h): E[c, k] = 1 if coordinate c belongs to head k (c // p == k). On the NumPy
+    fast path a read-only array built once per shape and dtype (kernels.head_indicator)."""
+    fast = fused(xp)
+    if fast is not None:
+        return fast.head_indicator(C, h, dtype)
     p = C // h
     c = xp.arange(C, device=device)
     k = xp.arange(h, device=device)
