@@ -483,8 +483,9 @@ def test_tssa_with_biases_matches_plain():
 def test_tssa_statistics_in_pieces_match_plain(monkeypatch, tssa_kernels, B, N, C, h, chunk,
                                                 bias):
     """The non-causal TSSA forward with its token statistics in pieces
-    (kernels.tssa_statistics, and y's bias inside its product, kernels.linear_ones) against the
-    plain path, forward and backward, in float64; and its quantities against the plain lines."""
+    (kernels.tssa_statistics, and y's bias inside its product, kernels.output_weights_ones)
+    against the plain path, forward and backward, in float64; and its quantities against the
+    plain lines."""
     from tostnp.nn import tssa
     monkeypatch.setattr(tuning, "PIECES_MIN", 1)
     monkeypatch.setattr(tuning, "TSSA_PIECE", chunk)
