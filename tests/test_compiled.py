@@ -30,16 +30,24 @@ def _layer(rng, B, N, C, h, dtype):
     return params, x, dy
 
 
-def _run(params, x, dy, h, jit: bool):
+def _run(params, x, dy, h, jit: bool, fast: bool = True):
+    """(y, dx, grads) of the layer with the compiled kernels on or off (``jit``), or on the
+    plain lines (``fast`` False)."""
     from tostnp.nn import tssa
-    old = backend.set_jit(jit)
+    old_jit, old_fast = backend.set_jit(jit), backend.set_fast(fast)
     try:
         y, cache = tssa.tssa_forward(x, params, h)
         dx, g = tssa.tssa_backward(dy, cache)
     finally:
-        backend.set_jit(old)
-    assert cache["in_pieces"]
+        backend.set_jit(old_jit)
+        backend.set_fast(old_fast)
+    assert cache["in_pieces"] == fast
     return y, dx, g
+
+
+def _plain(params, x, dy, h):
+    """The plain lines' (y, dx, grads): the fast path off."""
+    return _run(params, x, dy, h, jit=False, fast=False)
 
 
 @needs_numba
@@ -87,18 +95,12 @@ def test_compiled_kernels_match_numpy_kernels_in_float32(monkeypatch, B, N, C, h
 def test_nan_takes_the_plain_lines_way_through_the_compiled_kernels(monkeypatch):
     """A NaN in one batch row: y, dx and the gradients are NaN exactly where the plain lines'
     are (that row, and the weights' gradients); the other row is untouched."""
-    from tostnp.nn import tssa
     monkeypatch.setattr(tuning, "PIECES_MIN", 1)
     rng = np.random.default_rng(3)
     params, x, dy = _layer(rng, 2, 30, 12, 3, np.float64)
     x[1, 4, 7] = np.nan
     yj, dxj, gj = _run(params, x, dy, 3, jit=True)
-    old = backend.set_fast(False)
-    try:
-        yp, cp = tssa.tssa_forward(x, params, 3)
-        dxp, gp = tssa.tssa_backward(dy, cp)
-    finally:
-        backend.set_fast(old)
+    yp, dxp, gp = _plain(params, x, dy, 3)
     assert np.array_equal(np.isnan(yj), np.isnan(yp))
     assert np.array_equal(np.isnan(dxj), np.isnan(dxp))
     assert np.isnan(yj[1]).all() and not np.isnan(yj[0]).any()
@@ -123,13 +125,7 @@ def test_without_numba_the_numpy_kernels_run(monkeypatch):
     rng = np.random.default_rng(4)
     params, x, dy = _layer(rng, 2, 16, 8, 2, np.float64)
     y, dx, g = _run(params, x, dy, 2, jit=True)
-    from tostnp.nn import tssa
-    old = backend.set_fast(False)
-    try:
-        yp, cp = tssa.tssa_forward(x, params, 2)
-        dxp, gp = tssa.tssa_backward(dy, cp)
-    finally:
-        backend.set_fast(old)
+    yp, dxp, gp = _plain(params, x, dy, 2)
     assert rel(y, yp) < 1e-12 and rel(dx, dxp) < 1e-12
     assert all(rel(g[k], gp[k]) < 1e-12 for k in gp)
     old = backend.set_jit(False)
