@@ -52,25 +52,31 @@ def _plain(params, x, dy, h):
 
 @needs_numba
 def test_compiled_kernels_are_the_ones_that_run(monkeypatch):
-    """On: kernels.tssa_statistics(_backward) hand over to the compiled twins; off: they do not."""
+    """On: kernels.tssa_statistics(_backward) run the compiled loops, each once per batch row,
+    in the order of the lines; off: none of them."""
     calls = []
+    real_loops = compiled.loops
 
-    def spy(name):
-        real = getattr(compiled, name)
+    def spied_loops():
+        found = real_loops()
+        if found is None:
+            return None
 
-        def f(*a, **k):
-            calls.append(name)
-            return real(*a, **k)
-        return f
-    for name in ("tssa_statistics", "tssa_statistics_backward"):
-        monkeypatch.setattr(compiled, name, spy(name))
+        def spy(name):
+            def f(*a, **k):
+                calls.append(name)
+                return found[name](*a, **k)
+            return f
+        return {name: spy(name) for name in found}
+    monkeypatch.setattr(compiled, "loops", spied_loops)
     monkeypatch.setattr(tuning, "PIECES_MIN", 1)
     rng = np.random.default_rng(0)
     params, x, dy = _layer(rng, 2, 20, 12, 3, np.float64)
     _run(params, x, dy, 3, jit=False)
-    assert calls == [] and compiled.active()
+    assert calls == []
     _run(params, x, dy, 3, jit=True)
-    assert calls == ["tssa_statistics", "tssa_statistics_backward"]
+    assert calls == [name for name in ("forward_sums", "forward_rest", "backward_sums",
+                                       "backward_rest") for _ in range(2)]
 
 
 @needs_numba
@@ -112,6 +118,7 @@ def test_nan_takes_the_plain_lines_way_through_the_compiled_kernels(monkeypatch)
 def test_without_numba_the_numpy_kernels_run(monkeypatch):
     """Pyodide, a Numba that does not import, and the switch: no compiled kernels, a line that
     says why, and the layer still runs (the NumPy kernels), equal to the plain lines."""
+    monkeypatch.setattr(compiled, "_on", True)              # (whatever TOSTNP_JIT says)
     monkeypatch.setattr(compiled, "_state", {})
     monkeypatch.setattr(sys, "platform", "emscripten")
     assert not compiled.available() and compiled.describe() == "not in Pyodide"

@@ -11,15 +11,17 @@ gq_sq) is a sum over every token that the second loop needs.
 
 Optional. Numba is a well-kept compiler made for exactly this (NumPy loops to machine code);
 numexpr, the other candidate, has no reductions worth using here (several times slower than
-NumPy's, measured) and cannot fuse the per-head softmax. Without Numba -- not installed, too old for this NumPy,
-in Pyodide, or switched off (``TOSTNP_JIT=0`` in the environment, or :func:`set_jit`, also
-``tostnp.backend.set_jit``) -- the NumPy kernels run instead; :func:`active` says which. Each
-kernel is compiled on its first call in a process, per dtype, and never cached on disk.
+NumPy's, measured) and cannot fuse the per-head softmax. Without Numba -- not installed, too
+old for this NumPy, in Pyodide, or switched off (``TOSTNP_JIT=0`` in the environment, or
+:func:`set_jit`, also ``tostnp.backend.set_jit``) -- the NumPy kernels run instead;
+:func:`loops` is None then. Each loop is compiled on its first call in a process, per dtype,
+and never cached on disk. :mod:`tostnp.backend.kernels` owns the arrays and the order of the
+lines; this module holds only the loops over tokens.
 
 Sums over tokens accumulate in the arrays' dtype, token after token, as the NumPy kernels'
 einsum does; sums over a head's coordinates may be reordered (``fastmath`` reassociation, for
 vector instructions). NaN and infinity propagate as in the plain lines: no ``nnan``/``ninf``.
-The tests check these kernels against the plain lines in float64
+The tests check these loops against the plain lines in float64
 (tests/test_kernels.py, ``test_tssa_statistics_in_pieces_match_plain``).
 """
 from __future__ import annotations
@@ -70,16 +72,22 @@ def describe() -> str:
     return _state["why"]
 
 
-_kernels = {}
-_lock = threading.Lock()     # the layer's batch slices may ask for the kernels at once
+_loops = {}
+_lock = threading.Lock()     # the layer's batch slices may ask for the loops at once
 
 
-def _compile():
-    """The jitted loops, compiled lazily per dtype on first call (Numba's dispatcher)."""
+def loops():
+    """The compiled loops ({"forward_sums", "forward_rest", "backward_sums", "backward_rest"},
+    Numba dispatchers, each compiled per dtype on its first call) where they are on
+    (:func:`active`), else None. :func:`tostnp.backend.kernels.tssa_statistics` and
+    ``tssa_statistics_backward`` own the arrays and the order of the lines, and run these on
+    each batch row."""
+    if not active():
+        return None
     with _lock:
-        if not _kernels:
-            _kernels.update(_define(_state["numba"]))
-    return _kernels
+        if not _loops:
+            _loops.update(_define(_state["numba"]))
+    return _loops
 
 
 def _define(numba) -> dict:
@@ -203,55 +211,3 @@ def _define(numba) -> dict:
     # them float64 (Numba types float32 * int as float64), half as fast in float32
     return {"forward_sums": forward_sums, "forward_rest": forward_rest,
             "backward_sums": backward_sums, "backward_rest": backward_rest}
-
-
-def tssa_statistics(w, b_u, temp, h: int, eps2: float, pi_eps: float, ones_column: bool = False):
-    """:func:`tostnp.backend.kernels.tssa_statistics` (same arguments, same results) as two
-    compiled loops over the tokens of each batch row."""
-    k = _compile()
-    B, N, C = w.shape
-    dt = w.dtype
-    S1 = np.zeros((B, C), dt)
-    bias = b_u if b_u is not None else np.zeros(C, dt)
-    for b in range(B):
-        k["forward_sums"](w[b], bias, b_u is not None, S1[b])
-    inv_S1 = np.maximum(S1, eps2)
-    np.reciprocal(inv_S1, out=inv_S1)
-    q = np.empty((B, N, h), dt)
-    Pi = np.empty((B, N, h), dt)
-    n_Pi = np.zeros((B, h), dt)
-    S2 = np.zeros((B, C), dt)
-    a_buf = np.empty((B, N, C + 1 if ones_column else C), dt)
-    t = np.ascontiguousarray(temp.reshape(h), dtype=dt)
-    for b in range(B):
-        k["forward_rest"](w[b], inv_S1[b], t, q[b], Pi[b], n_Pi[b], S2[b], a_buf[b],
-                          ones_column, dt.type(0))
-    n_Pi += pi_eps
-    return S1, inv_S1, q, Pi, n_Pi, S2, a_buf
-
-
-def tssa_statistics_backward(w, g_a, Pi, q, temp, g_S2, g_n, inv_S1, active, b_u_grad: bool):
-    """:func:`tostnp.backend.kernels.tssa_statistics_backward` (same arguments, same results)
-    as two compiled loops over the tokens of each batch row."""
-    k = _compile()
-    B, N, C = w.shape
-    h = Pi.shape[-1]
-    dt = w.dtype
-    Pi = np.ascontiguousarray(Pi)
-    t = np.ascontiguousarray(temp.reshape(h), dtype=dt)
-    g_q = np.empty((B, N, h), dt)
-    gq_sq = np.zeros((B, C), dt)
-    g_temp = np.zeros(h, dt)
-    for b in range(B):
-        k["backward_sums"](w[b], g_a[b], Pi[b], q[b], t, g_S2[b], g_n[b], g_q[b], gq_sq[b],
-                           g_temp, dt.type(0))
-    g_S1 = gq_sq
-    g_S1 *= inv_S1
-    g_S1 *= inv_S1
-    g_S1 *= active
-    np.negative(g_S1, out=g_S1)                                  # -gq_sq inv_S1^2 active
-    g_b = np.zeros((B, C), dt)
-    for b in range(B):
-        k["backward_rest"](w[b], g_a[b], Pi[b], g_q[b], g_S2[b], inv_S1[b], g_S1[b], g_b[b],
-                           b_u_grad)
-    return g_a, g_temp.reshape(h, 1), (g_b.sum(axis=0) if b_u_grad else None)

@@ -476,18 +476,60 @@ def tssa_statistics(w, b_u, temp, h: int, eps2: float, pi_eps: float, ones_colum
     of a (B, N, C + 1) array whose last column is 1, returned instead: [a | 1] @ [W; b] is the
     output projection with its bias added inside the product (:func:`output_weights_ones`).
 
-    Two passes over w in pieces of tokens (:func:`_token_pieces`), each chain on a piece that
-    sits in the core's cache: the first adds the bias and sums the squares (one einsum, no w^2
-    written), the second (which needs S1 of every token) does the rest; w^2 is a piece-sized
-    temporary, never a (B, N, C) array. The plain lines sweep memory about ten times and write
-    two (B, N, C) temporaries.
-    Runs on the calling thread (the layer's batch slices are already one per thread). Where
-    the compiled kernels are on (:func:`tostnp.backend.compiled.active`), their twin runs
-    instead: one loop over tokens, w read twice and a written once.
+    Two passes over w, the second needing S1 of every token: the first adds the bias and sums
+    the squares, the second does the rest. Where the compiled kernels are on
+    (:func:`tostnp.backend.compiled.loops`) each pass is one compiled loop over the tokens of
+    a batch row; else NumPy calls on pieces of tokens that sit in the core's cache
+    (:func:`_token_pieces`), w^2 a piece-sized temporary. The plain lines sweep memory about
+    ten times and write two (B, N, C) temporaries.
+    Runs on the calling thread (the layer's batch slices are already one per thread).
     """
-    if _compiled.active():
-        return _compiled.tssa_statistics(w, b_u, temp, h, eps2, pi_eps, ones_column)
     B, N, C = w.shape
+    dt = w.dtype
+    loops = _compiled.loops()
+    S1 = np.zeros((B, C), dt)
+    if loops is not None:
+        bias = b_u if b_u is not None else np.zeros(C, dt)
+        for b in range(B):
+            loops["forward_sums"](w[b], bias, b_u is not None, S1[b])
+    else:
+        _forward_sums_in_pieces(w, b_u, S1)
+    inv_S1 = np.maximum(S1, eps2)
+    np.reciprocal(inv_S1, out=inv_S1)
+    q = np.empty((B, N, h), dt)
+    Pi = np.empty((B, N, h), dt)
+    n_Pi = np.zeros((B, h), dt)
+    S2 = np.zeros((B, C), dt)
+    a_buf = np.empty((B, N, C + 1 if ones_column else C), dt)    # returned: a, or [a | 1]
+    if loops is not None:                                        # (writes the ones too)
+        t = np.ascontiguousarray(temp.reshape(h), dtype=dt)
+        for b in range(B):
+            loops["forward_rest"](w[b], inv_S1[b], t, q[b], Pi[b], n_Pi[b], S2[b], a_buf[b],
+                                  ones_column, dt.type(0))
+    else:
+        if ones_column:
+            a_buf[..., C] = 1.0
+        _forward_rest_in_pieces(w, inv_S1, temp, q, Pi, n_Pi, S2, a_buf[..., :C])
+    n_Pi += pi_eps
+    return S1, inv_S1, q, Pi, n_Pi, S2, a_buf
+
+
+def _forward_sums_in_pieces(w, b_u, S1):
+    """:func:`tssa_statistics`'s first pass on NumPy: w += b_u, S1 += sum_n w^2."""
+    for b0, b1, lo, hi in _token_pieces(*w.shape):
+        wi = w[b0:b1, lo:hi]
+        if b_u is not None:
+            add_rows(wi, b_u)
+        # sum_n w_nc^2 as one sum of products, no w^2 written: 71 against 208 us for the
+        # square and a matrix-vector product at a piece of 1365 x 384 (Intel Xeon)
+        S1[b0:b1] += np.einsum("bnc,bnc->bc", wi, wi)             # (nb, C)
+
+
+def _forward_rest_in_pieces(w, inv_S1, temp, q, Pi, n_Pi, S2, a):
+    """:func:`tssa_statistics`'s second pass on NumPy: q, Pi, n_Pi (without pi_eps), S2 and
+    a = w Pi, in pieces of tokens."""
+    B, N, C = w.shape
+    h = q.shape[-1]
     p = C // h
     dt = w.dtype
     pieces = _token_pieces(B, N, C)
@@ -495,26 +537,8 @@ def tssa_statistics(w, b_u, temp, h: int, eps2: float, pi_eps: float, ones_colum
     t_buf = np.empty(biggest * C, dt)                            # w^2 of a piece
     m_buf = np.empty(biggest, dt)                                # a per-token maximum / sum
     ones = _ones(max(h, max(hi - lo for _, _, lo, hi in pieces)), dt)
-    S1 = np.zeros((B, C), dt)
-    for b0, b1, lo, hi in pieces:
-        wi = w[b0:b1, lo:hi]
-        if b_u is not None:
-            add_rows(wi, b_u)
-        # sum_n w_nc^2 as one sum of products, no w^2 written: 71 against 208 us for the
-        # square and a matrix-vector product at a piece of 1365 x 384 (Intel Xeon)
-        S1[b0:b1] += np.einsum("bnc,bnc->bc", wi, wi)             # (nb, C)
-    inv_S1 = np.maximum(S1, eps2)
-    np.reciprocal(inv_S1, out=inv_S1)
     inv_h = inv_S1.reshape(B, 1, h, p)
     temp = temp.reshape(1, 1, h)
-    q = np.empty((B, N, h), dt)
-    Pi = np.empty((B, N, h), dt)
-    n_Pi = np.zeros((B, h), dt)
-    S2 = np.zeros((B, C), dt)
-    a_buf = np.empty((B, N, C + 1 if ones_column else C), dt)    # returned: a, or [a | 1]
-    a = a_buf[..., :C]
-    if ones_column:
-        a_buf[..., C] = 1.0
     for b0, b1, lo, hi in pieces:
         wi = w[b0:b1, lo:hi]
         nb, n = wi.shape[0], wi.shape[1]
@@ -537,8 +561,6 @@ def tssa_statistics(w, b_u, temp, h: int, eps2: float, pi_eps: float, ones_colum
         _add_head_token_sums(S2[b0:b1], e, t)                    # S2
         np.einsum("bnkp,bnk->bnkp", wi.reshape(nb, n, h, p), e,   # a = w Pi (einsum: 196
                   out=a[b0:b1, lo:hi].reshape(nb, n, h, p))      # against 224 us broadcast)
-    n_Pi += pi_eps
-    return S1, inv_S1, q, Pi, n_Pi, S2, a_buf
 
 
 def tssa_statistics_backward(w, g_a, Pi, q, temp, g_S2, g_n, inv_S1, active, b_u_grad: bool):
@@ -555,30 +577,56 @@ def tssa_statistics_backward(w, g_a, Pi, q, temp, g_S2, g_n, inv_S1, active, b_u
     Returns (g_w, g_temp, g_b_u): g_w is written into g_a's buffer (g_a is the caller's and
     not needed after); g_b_u = the sum of g_w over (B, N) with ``b_u_grad``, else None.
 
-    Two passes over w and g_a in pieces of tokens (:func:`_token_pieces`): the first, up to the
-    sums gq_sq (which need every token), the second g_w; w^2 and the factor of 2 w are
-    piece-sized temporaries. The plain lines sweep memory about eleven times and write three
-    (B, N, C) arrays. Where the compiled kernels are on, their twin runs instead.
+    Two passes over w and g_a: the first, up to the sums gq_sq (which need every token), the
+    second g_w. Compiled loops over tokens where they are on, else NumPy calls on pieces of
+    tokens (w^2 and the factor of 2 w piece-sized temporaries). The plain lines sweep memory
+    about eleven times and write three (B, N, C) arrays.
     """
-    if _compiled.active():
-        return _compiled.tssa_statistics_backward(w, g_a, Pi, q, temp, g_S2, g_n, inv_S1,
-                                                  active, b_u_grad)
+    B, N, C = w.shape
+    h = Pi.shape[-1]
+    dt = w.dtype
+    loops = _compiled.loops()
+    g_q = np.empty((B, N, h), dt)
+    gq_sq = np.zeros((B, C), dt)
+    g_temp = np.zeros(h, dt)
+    if loops is not None:
+        t = np.ascontiguousarray(temp.reshape(h), dtype=dt)
+        for b in range(B):
+            loops["backward_sums"](w[b], g_a[b], Pi[b], q[b], t, g_S2[b], g_n[b], g_q[b],
+                                   gq_sq[b], g_temp, dt.type(0))
+    else:
+        _backward_sums_in_pieces(w, g_a, Pi, q, temp, g_S2, g_n, g_q, gq_sq, g_temp)
+    g_S1 = gq_sq
+    g_S1 *= inv_S1
+    g_S1 *= inv_S1
+    g_S1 *= active
+    np.negative(g_S1, out=g_S1)                                  # -gq_sq inv_S1^2 active
+    g_b = np.zeros((B, C), dt) if b_u_grad else None
+    if loops is not None:
+        bias_grad = g_b if b_u_grad else np.zeros((B, C), dt)
+        for b in range(B):
+            loops["backward_rest"](w[b], g_a[b], Pi[b], g_q[b], g_S2[b], inv_S1[b], g_S1[b],
+                                   bias_grad[b], b_u_grad)
+    else:
+        _backward_rest_in_pieces(w, g_a, Pi, g_q, g_S2, inv_S1, g_S1, g_b)
+    return g_a, g_temp.reshape(h, 1), (None if g_b is None else g_b.sum(axis=0))
+
+
+def _backward_sums_in_pieces(w, g_a, Pi, q, temp, g_S2, g_n, g_q, gq_sq, g_temp):
+    """:func:`tssa_statistics_backward`'s first pass on NumPy: g_q, gq_sq and g_temp."""
     B, N, C = w.shape
     h = Pi.shape[-1]
     p = C // h
     dt = w.dtype
     pieces = _token_pieces(B, N, C)
     biggest = max((b1 - b0) * (hi - lo) for b0, b1, lo, hi in pieces)
-    t_buf = np.empty(biggest * C, dt)                            # w^2, then 2 w g_sq, of a piece
+    t_buf = np.empty(biggest * C, dt)                            # w^2 of a piece
     s_buf = np.empty(biggest * h, dt)                            # a per-token, per-head temporary
     m_buf = np.empty(biggest, dt)                                # a per-token sum
     ones = _ones(max(h, biggest), dt)
     g_S2_h = g_S2.reshape(B, 1, h, p)
     temp_r = temp.reshape(1, 1, h)
     g_n_r = g_n.reshape(B, 1, h)
-    g_q = np.empty((B, N, h), dt)
-    gq_sq = np.zeros((B, C), dt)
-    g_temp = np.zeros(h, dt)
     for b0, b1, lo, hi in pieces:
         wi, gi = w[b0:b1, lo:hi], g_a[b0:b1, lo:hi]
         nb, n = wi.shape[0], wi.shape[1]
@@ -600,11 +648,19 @@ def tssa_statistics_backward(w, g_a, Pi, q, temp, g_S2, g_n, inv_S1, active, b_u
         g_temp += (ones[:nb * n] @ s.reshape(nb * n, h))
         gP *= temp_r                                             # g_q
         _add_head_token_sums(gq_sq[b0:b1], gP, t)                # gq_sq
-    g_S1 = gq_sq
-    g_S1 *= inv_S1
-    g_S1 *= inv_S1
-    g_S1 *= active
-    np.negative(g_S1, out=g_S1)                                  # -gq_sq inv_S1^2 active
+
+
+def _backward_rest_in_pieces(w, g_a, Pi, g_q, g_S2, inv_S1, g_S1, g_b):
+    """:func:`tssa_statistics_backward`'s second pass on NumPy: g_w into g_a's buffer, and
+    g_b (B, C) += its sum over tokens when g_b is not None."""
+    B, N, C = w.shape
+    h = Pi.shape[-1]
+    p = C // h
+    dt = w.dtype
+    pieces = _token_pieces(B, N, C)
+    biggest = max((b1 - b0) * (hi - lo) for b0, b1, lo, hi in pieces)
+    t_buf = np.empty(biggest * C, dt)                            # 2 w g_sq of a piece
+    ones = _ones(biggest, dt)
     # 2 g_sq_nc = [Pi | g_q | 1]_n @ [E^T 2 g_S2; E^T 2 inv_S1; 2 g_S1]_c: one product of inner
     # size 2h + 1 per piece (the plain lines' matmul)
     coord = np.zeros((B, 2 * h + 1, C), dt)
@@ -614,7 +670,6 @@ def tssa_statistics_backward(w, g_a, Pi, q, temp, g_S2, g_n, inv_S1, active, b_u
     coord[:, 2 * h] = g_S1
     coord *= 2.0
     tok_buf = np.empty(biggest * (2 * h + 1), dt)
-    g_b = np.zeros((B, C), dt) if b_u_grad else None
     for b0, b1, lo, hi in pieces:
         wi, gi = w[b0:b1, lo:hi], g_a[b0:b1, lo:hi]
         nb, n = wi.shape[0], wi.shape[1]
@@ -630,7 +685,6 @@ def tssa_statistics_backward(w, g_a, Pi, q, temp, g_S2, g_n, inv_S1, active, b_u
         gi += t                                                  # g_w
         if g_b is not None:
             g_b[b0:b1] += ones[:n] @ gi
-    return g_a, g_temp.reshape(h, 1), (None if g_b is None else g_b.sum(axis=0))
 
 
 def output_weights_ones(r, W, b):
