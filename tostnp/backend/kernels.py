@@ -450,6 +450,14 @@ def _token_pieces(B: int, N: int, C: int) -> list[tuple[int, int, int, int]]:
     return [(b, min(b + k, B), 0, N) for b in range(0, B, k)]
 
 
+def _piece_plan(w):
+    """(pieces, biggest, buf) for the NumPy passes over w (B, N, C): its blocks of tokens
+    (:func:`_token_pieces`), the most tokens in one, and a buffer of that many rows of C."""
+    pieces = _token_pieces(*w.shape)
+    biggest = max((b1 - b0) * (hi - lo) for b0, b1, lo, hi in pieces)
+    return pieces, biggest, np.empty(biggest * w.shape[-1], w.dtype)
+
+
 def _add_head_token_sums(acc, e, t):
     """acc_c += sum_n e_n,k(c) t_nc for a piece: acc (nb, C), e (nb, n, h), t (nb, n, C), k(c)
     the head of c. One matrix-vector product per head (BLAS reads each head's columns of t
@@ -532,9 +540,7 @@ def _forward_rest_in_pieces(w, inv_S1, temp, q, Pi, n_Pi, S2, a):
     h = q.shape[-1]
     p = C // h
     dt = w.dtype
-    pieces = _token_pieces(B, N, C)
-    biggest = max((b1 - b0) * (hi - lo) for b0, b1, lo, hi in pieces)
-    t_buf = np.empty(biggest * C, dt)                            # w^2 of a piece
+    pieces, biggest, t_buf = _piece_plan(w)                      # t_buf: w^2 of a piece
     m_buf = np.empty(biggest, dt)                                # a per-token maximum / sum
     ones = _ones(max(h, max(hi - lo for _, _, lo, hi in pieces)), dt)
     inv_h = inv_S1.reshape(B, 1, h, p)
@@ -618,9 +624,7 @@ def _backward_sums_in_pieces(w, g_a, Pi, q, temp, g_S2, g_n, g_q, gq_sq, g_temp)
     h = Pi.shape[-1]
     p = C // h
     dt = w.dtype
-    pieces = _token_pieces(B, N, C)
-    biggest = max((b1 - b0) * (hi - lo) for b0, b1, lo, hi in pieces)
-    t_buf = np.empty(biggest * C, dt)                            # w^2 of a piece
+    pieces, biggest, t_buf = _piece_plan(w)                      # t_buf: w^2 of a piece
     s_buf = np.empty(biggest * h, dt)                            # a per-token, per-head temporary
     m_buf = np.empty(biggest, dt)                                # a per-token sum
     ones = _ones(max(h, biggest), dt)
@@ -657,9 +661,7 @@ def _backward_rest_in_pieces(w, g_a, Pi, g_q, g_S2, inv_S1, g_S1, g_b):
     h = Pi.shape[-1]
     p = C // h
     dt = w.dtype
-    pieces = _token_pieces(B, N, C)
-    biggest = max((b1 - b0) * (hi - lo) for b0, b1, lo, hi in pieces)
-    t_buf = np.empty(biggest * C, dt)                            # 2 w g_sq of a piece
+    pieces, biggest, t_buf = _piece_plan(w)                      # t_buf: 2 w g_sq of a piece
     ones = _ones(biggest, dt)
     # 2 g_sq_nc = [Pi | g_q | 1]_n @ [E^T 2 g_S2; E^T 2 inv_S1; 2 g_S1]_c: one product of inner
     # size 2h + 1 per piece (the plain lines' matmul)
