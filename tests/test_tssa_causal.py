@@ -2,7 +2,9 @@
 no dependence on the future (forward and backward), T = 1, strict device, bad inputs.
 
 References: tests/references.py:ref_tssa (autograd.numpy with cumsum) and a plain loop here;
-float64.
+float64. The tests against them run on each of the layer's NumPy paths (``causal_path``): the
+plain lines, the NumPy kernels (tostnp.backend.kernels_causal) and the compiled loops
+(tostnp.backend.compiled, where Numba imports).
 """
 import autograd
 import autograd.numpy as anp
@@ -64,6 +66,21 @@ def scan_block(request, monkeypatch):
     return request.param
 
 
+@pytest.fixture(params=["plain", "numpy-kernels", "compiled"])
+def causal_path(request, monkeypatch):
+    """Run a test on one path of the causal layer: the plain lines (the fast path off), the NumPy
+    kernels (compiled loops off; sequences of one scan block), or the compiled loops (at any
+    size: their threshold set to 0; skipped where Numba does not import)."""
+    from tostnp import backend
+    from tostnp.backend import compiled
+    if request.param == "compiled" and not compiled.available():
+        pytest.skip(f"compiled kernels unavailable: {compiled.describe()}")
+    monkeypatch.setattr(backend.runtime, "_fast_on", request.param != "plain")
+    monkeypatch.setattr(compiled, "_on", request.param == "compiled")
+    monkeypatch.setattr(tuning, "CAUSAL_COMPILED_MIN", 0)
+    return request.param
+
+
 def make(seed, B=2, T=8, C=8, h=2, max_len=9, bias=True):
     rng = np.random.default_rng(seed)
     P = {"W_u": rng.normal(size=(C, C)) * 0.5, "temp": rng.uniform(0.5, 2.0, size=(h, 1)),
@@ -75,7 +92,7 @@ def make(seed, B=2, T=8, C=8, h=2, max_len=9, bias=True):
     return rng.normal(size=(B, T, C)), P, rng.normal(size=(B, T, C))
 
 
-def test_forward_matches_reference_and_naive_loop(scan_block):
+def test_forward_matches_reference_and_naive_loop(scan_block, causal_path):
     x, P, _ = make(0)
     y, cache = tssa_forward(x, P, 2, causal=True)
     assert rel_err(y, ref_tssa(x, P, 2, causal=True)) < RTOL
@@ -86,7 +103,7 @@ def test_forward_matches_reference_and_naive_loop(scan_block):
 
 
 @pytest.mark.parametrize("bias", [True, False])
-def test_backward_matches_autograd(bias, scan_block):
+def test_backward_matches_autograd(bias, scan_block, causal_path):
     x, P, G = make(1, bias=bias, C=12, h=3)
     _, cache = tssa_forward(x, P, 3, causal=True)
     dx, grads = tssa_backward(G, cache)
@@ -100,7 +117,7 @@ def test_backward_matches_autograd(bias, scan_block):
     assert np.all(grads["denom_bias"][:, 8:] == 0)
 
 
-def test_backward_with_a_zero_prefix_hits_the_clamp(scan_block):
+def test_backward_with_a_zero_prefix_hits_the_clamp(scan_block, causal_path):
     # the first tokens map to w = 0 in one coordinate: S1 is clamped at 1e-12 there
     x, P, G = make(2, bias=False)
     x[:, :2] = 0.0
@@ -113,7 +130,7 @@ def test_backward_with_a_zero_prefix_hits_the_clamp(scan_block):
         assert rel_err(grads[k], gP[k]) < RTOL, k
 
 
-def test_no_dependence_on_the_future(scan_block):
+def test_no_dependence_on_the_future(scan_block, causal_path):
     x, P, G = make(3, T=8)
     y, cache = tssa_forward(x, P, 2, causal=True)
     rng = np.random.default_rng(30)

@@ -1,5 +1,5 @@
-"""Compiled kernels (optional): the non-causal TSSA statistics, forward and backward, as loops
-over tokens compiled by Numba.
+"""Compiled kernels (optional): the TSSA layer's statistics, non-causal and causal, forward and
+backward, as loops over tokens compiled by Numba.
 
 The NumPy kernels of :mod:`tostnp.backend.kernels` run each line of the layer on a piece of
 tokens; every line is a NumPy call that reads its piece again, and the chain from ``w^2`` to
@@ -8,6 +8,12 @@ token's row of C numbers while it sits in the first-level cache: the forward rea
 (the bias and S1, then the rest) and writes a once; the backward reads w and g_a twice and
 writes g_w once. That is the least memory traffic the lines allow: S1 (and in the backward
 gq_sq) is a sum over every token that the second loop needs.
+
+The causal layer is a loop over tokens by nature: its prefix sums (S1, S2, S3) are running
+sums in the forward, its suffix sums (G2, of g_n, the exclusive G1) running sums in a backward
+that starts from the last token, so each direction is one loop over a batch row, reading each
+(B, T, C) input once; the NumPy kernels (:mod:`tostnp.backend.kernels_causal`) need a product
+with a (T, T) triangle for each sum and a pass per line.
 
 Optional. Numba is a well-kept compiler made for exactly this (NumPy loops to machine code);
 numexpr, the other candidate, has no reductions worth using here (several times slower than
@@ -20,9 +26,12 @@ lines; this module holds only the loops over tokens.
 
 Sums over tokens accumulate in the arrays' dtype, token after token, as the NumPy kernels'
 einsum does; sums over a head's coordinates may be reordered (``fastmath`` reassociation, for
-vector instructions). NaN and infinity propagate as in the plain lines: no ``nnan``/``ninf``.
-The tests check these loops against the plain lines in float64
-(tests/test_kernels.py, ``test_tssa_statistics_in_pieces_match_plain``).
+vector instructions). NaN and infinity propagate as in the plain lines: no ``nnan``/``ninf``
+(one difference: the causal running sums leave the tokens before a NaN finite, where the plain
+lines' product with a triangle of ones spreads it to them, 0 NaN being NaN). The tests check
+these loops against the plain lines in float64 (tests/test_kernels.py,
+``test_tssa_statistics_in_pieces_match_plain``; tests/test_kernels_causal.py), and the causal
+ones against autograd and a naive loop too (tests/test_tssa_causal.py, ``causal_path``).
 """
 from __future__ import annotations
 
@@ -77,11 +86,12 @@ _lock = threading.Lock()     # the layer's batch slices may ask for the loops at
 
 
 def loops():
-    """The compiled loops ({"forward_sums", "forward_rest", "backward_sums", "backward_rest"},
-    Numba dispatchers, each compiled per dtype on its first call) where they are on
-    (:func:`active`), else None. :func:`tostnp.backend.kernels.tssa_statistics` and
-    ``tssa_statistics_backward`` own the arrays and the order of the lines, and run these on
-    each batch row."""
+    """The compiled loops ({"forward_sums", "forward_rest", "backward_sums", "backward_rest"}
+    of the non-causal layer, {"causal_forward", "causal_backward"} of the causal one; Numba
+    dispatchers, each compiled per dtype on its first call) where they are on (:func:`active`),
+    else None. :func:`tostnp.backend.kernels.tssa_statistics` and ``tssa_statistics_backward``
+    own the arrays and the order of the lines, and run the first four on each batch row;
+    :mod:`tostnp.backend.kernels_causal` runs the causal two on the whole batch."""
     if not active():
         return None
     with _lock:
@@ -207,7 +217,138 @@ def _define(numba) -> dict:
                         g_a[n, c] = (v + v) * (pi * g_S2[c] + gq * inv_S1[c] + g_S1[c]) \
                             + g_a[n, c] * pi
 
+    @jit
+    def causal_forward(w, bias, temp, S1, q, Pi, n_Pi, r, v, st_S1, st_S2, st_S3, s1_eps,
+                       pi_eps, zero):
+        """The causal layer's statistics, token after token, every batch row: S1, q, Pi,
+        n_Pi = S3 + pi_eps, r = n / (n + S2) and v = w Pi r (B, T, *), and the last token's
+        sums (st_*); bias (T, h) is p denom_bias. False, at once, where S1 at the first
+        token is at most s1_eps (the clamp: the caller runs the plain lines)."""
+        B, T, C = w.shape
+        h = q.shape[2]
+        p = C // h
+        s1 = np.empty(C, w.dtype)
+        s2 = np.empty(C, w.dtype)
+        s3 = np.empty(h, w.dtype)
+        l = np.empty(h, np.float64)
+        for b in range(B):
+            for c in range(C):
+                v0 = w[b, 0, c]
+                if v0 * v0 <= s1_eps:
+                    return False
+                s1[c] = zero
+                s2[c] = zero
+            for k in range(h):
+                s3[k] = zero
+            for t in range(T):
+                for c in range(C):
+                    x = w[b, t, c]
+                    s1[c] += x * x
+                    S1[b, t, c] = s1[c]
+                for k in range(h):
+                    acc = zero
+                    for i in range(p):
+                        c = k * p + i
+                        x = w[b, t, c]
+                        acc += x * x / s1[c]
+                    q[b, t, k] = acc + bias[t, k]
+                    l[k] = temp[k] * q[b, t, k]
+                mx = l[0]
+                for k in range(1, h):
+                    if l[k] > mx or l[k] != l[k]:
+                        mx = l[k]
+                tot = 0.0
+                for k in range(h):
+                    e = math.exp(l[k] - mx)
+                    l[k] = e
+                    tot += e
+                for k in range(h):
+                    Pi[b, t, k] = l[k] / tot
+                    pi = Pi[b, t, k]
+                    s3[k] += pi
+                    nk = s3[k] + pi_eps
+                    n_Pi[b, t, k] = nk
+                    for i in range(p):
+                        c = k * p + i
+                        x = w[b, t, c]
+                        a = x * pi
+                        s2[c] += a * x
+                        rr = nk / (nk + s2[c])
+                        r[b, t, c] = rr
+                        v[b, t, c] = a * rr
+            for c in range(C):
+                st_S1[b, c] = s1[c]
+                st_S2[b, c] = s2[c]
+            for k in range(h):
+                st_S3[b, k] = s3[k]
+        return True
+
+    @jit
+    def causal_backward(w, S1, r, Pi, n_Pi, q, G, temp, v, g_w, g_temp, g_db, zero, one):
+        """The causal layer's backward from G = dy W_o^T = -g_v to g_w, every batch row,
+        token after token from the last: the suffix sums G2 (of g_S2), of g_n, and G1 (of
+        g_S1, exclusive) are running sums. Writes v = w Pi r (B, T, C) for g_W_o; adds to
+        g_temp (h,) and to g_db (T, h) the sums over the batch of g_l q and of g_q. g_w may
+        be G itself: each G[b, t, c] is read once, before g_w[b, t, c] is written."""
+        B, T, C = w.shape
+        h = q.shape[2]
+        p = C // h
+        G2 = np.empty(C, w.dtype)
+        G1 = np.empty(C, w.dtype)
+        sgn = np.empty(h, w.dtype)
+        gP = np.empty(h, np.float64)
+        gt = np.zeros(h, np.float64)
+        gqs = np.empty(h, w.dtype)                  # g_q of a token, in the arrays' dtype
+        for b in range(B):
+            for c in range(C):
+                G2[c] = zero
+                G1[c] = zero
+            for k in range(h):
+                sgn[k] = zero
+            for t in range(T - 1, -1, -1):
+                s = 0.0
+                for k in range(h):
+                    pi = Pi[b, t, k]
+                    nk = n_Pi[b, t, k]
+                    acc = zero
+                    gn = zero
+                    for i in range(p):
+                        c = k * p + i
+                        x = w[b, t, c]
+                        rr = r[b, t, c]
+                        Gc = G[b, t, c]
+                        vv = x * pi * rr
+                        v[b, t, c] = vv
+                        ga = -(Gc * rr)                      # g_a = g_v r
+                        u = -(Gc * vv) / nk                  # u = g_v v / n
+                        gs2 = -(u * rr)                      # g_S2
+                        gn += u + gs2                        # u (1 - r)
+                        G2[c] += gs2                         # suffix, t included
+                        acc += ga * x + G2[c] * (x * x)
+                        g_w[b, t, c] = ga + (x + x) * G2[c]  # g_a + 2 w G2, times Pi below
+                    sgn[k] += gn
+                    gP[k] = acc + sgn[k]
+                    s += pi * gP[k]
+                for k in range(h):
+                    pi = Pi[b, t, k]
+                    gl = pi * (gP[k] - s)
+                    gt[k] += gl * q[b, t, k]
+                    gqs[k] = gl * temp[k]
+                    gq = gqs[k]
+                    g_db[t, k] += gq
+                    for i in range(p):
+                        c = k * p + i
+                        x = w[b, t, c]
+                        inv = one / S1[b, t, c]
+                        prev = S1[b, t - 1, c] if t > 0 else zero
+                        g_w[b, t, c] = (x + x) * (gq * (prev * inv * inv) + G1[c]) \
+                            + pi * g_w[b, t, c]
+                        G1[c] -= gq * (x * x) * inv * inv     # g_S1, after its use: exclusive
+        for k in range(h):
+            g_temp[k] += gt[k]
+
     # ``zero`` (a scalar of the arrays' dtype) starts the per-head sums: a literal 0 would make
     # them float64 (Numba types float32 * int as float64), half as fast in float32
     return {"forward_sums": forward_sums, "forward_rest": forward_rest,
-            "backward_sums": backward_sums, "backward_rest": backward_rest}
+            "backward_sums": backward_sums, "backward_rest": backward_rest,
+            "causal_forward": causal_forward, "causal_backward": causal_backward}

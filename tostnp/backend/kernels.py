@@ -57,7 +57,7 @@ __all__ = ["add_rows", "gelu_forward", "gelu_backward", "gelu_forward_slope",
            "layer_norm_backward", "adamw_update", "softmax_cross_entropy_backward", "sum_leading",
            "set_threads", "get_threads", "on_threads", "shard_bounds", "flat_zeros", "adamw_update_flat",
            "matmul_into", "tssa_in_pieces", "tssa_statistics", "output_weights_ones",
-           "head_indicator"]
+           "head_indicator", "causal_tssa_forward", "causal_tssa_backward"]
 
 # ---------------------------------------------------------------------------------------------
 # the piece executor: rows of an (M, L) view, in pieces of about tuning.CHUNK elements
@@ -808,3 +808,7 @@ def adamw_update_flat(ps, gs, m, v, **hyper):
         out.append(new[off:off + a.size].reshape(a.shape))
         off += a.size
     return out
+
+
+# the causal TSSA layer's fast path has a file of its own; fused(xp) hands it out from here too
+from .kernels_causal import causal_tssa_forward, causal_tssa_backward  # noqa: E402

@@ -80,6 +80,15 @@ SCAN_BLOCK = 32
 # longer sequences keep the blocks (docs/tuning.md).
 SCAN_WHOLE = 64
 
+# Numbers per piece of the causal layer's NumPy fast path (tostnp.backend.kernels_causal): whole
+# batch rows of (T, C), so that the layer's chain, forward or backward, runs on one piece while
+# it sits in a core's cache.
+CAUSAL_PIECE = 1 << 15
+# The smallest causal layer, as numbers in w (B x T x C), that runs on the compiled loops
+# (tostnp.backend.compiled, where Numba is installed): below it the NumPy kernels, so small
+# models and tests never import Numba nor wait for a compilation.
+CAUSAL_COMPILED_MIN = 1 << 16
+
 # ---------------------------------------------------------------------------------------------
 # attention baselines (tostnp.nn.attention, tostnp.nn.flash)
 # ---------------------------------------------------------------------------------------------

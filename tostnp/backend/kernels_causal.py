@@ -1,0 +1,317 @@
+"""The NumPy fast path of the causal TSSA layer, forward and backward, for short sequences.
+
+The plain lines (:func:`tostnp.nn.tssa_causal.causal_forward` and ``causal_backward``) are the
+specification; these compute the same quantities, with the same cache, for NumPy arrays of up
+to ``tuning.SCAN_WHOLE`` tokens (the default LM's 64), where every prefix or suffix sum is one
+product with a (T, T) triangular matrix. What they do beyond the plain lines:
+
+* **Constants folded into the scans.** The backward's suffix sums come out already scaled: the
+  triangle is scaled instead of the (B, T, C) array -- by 2 for ``2 G2`` and by -1, without its
+  diagonal, for the *exclusive* sum ``-G1`` (so no shifted copy, no sign pass, no doubling
+  pass). Powers of two and signs are exact, so the sums are the plain ones to float rounding.
+* **Fewer passes, in place.** The backward writes four (B, T, C) buffers and reuses them; the
+  plain lines write about a dozen arrays and read each several times. ``keep / S1`` is
+  ``S1_{t-1} / S1_t^2``, a product with S1 shifted by one token (a view), not a shifted copy.
+* **Direct NumPy calls**, no array-API wrappers in the chain.
+
+A clamped S1 (some ``w_0c`` with ``w_0c^2 <= 1e-12``: an exactly zero first token) and longer
+sequences go to the plain lines (the functions return None): they are rare and not a hot path.
+``tests/test_kernels_causal.py`` checks both against the plain lines in float64 and float32.
+"""
+from __future__ import annotations
+
+import functools
+
+import numpy as np
+
+from . import compiled as _compiled
+from . import tuning
+
+__all__ = ["causal_tssa_forward", "causal_tssa_backward", "causal_fast_length"]
+
+S1_EPS = 1e-12      # the plain layer's clamp (tostnp.nn.tssa_heads.S1_EPS)
+PI_EPS = 1e-8       # (tostnp.nn.tssa_heads.PI_EPS)
+
+
+def causal_fast_length(T: int) -> bool:
+    """Whether these kernels take a sequence of T tokens (one triangular block)."""
+    return 1 < T <= tuning.SCAN_WHOLE
+
+
+@functools.lru_cache(maxsize=64)
+def _triangle(T: int, dtype, kind: str) -> np.ndarray:
+    """A read-only (T, T) matrix for the scans as products ``tri @ a`` over the token axis:
+    "prefix" (ones on and below the diagonal: row t sums tokens 0..t), "suffix2" (2 on and above
+    it: twice the sums over tokens t..T-1) or "strict_suffix_neg" (-1 above it: minus the sums
+    over tokens t+1..T-1, the exclusive suffix)."""
+    i = np.arange(T)
+    if kind == "prefix":
+        m = (i[:, None] >= i[None, :]).astype(dtype)
+    elif kind == "suffix":
+        m = (i[:, None] <= i[None, :]).astype(dtype)
+    elif kind == "suffix2":
+        m = 2 * (i[:, None] <= i[None, :]).astype(dtype)
+    elif kind == "strict_suffix_neg":
+        m = -(i[:, None] < i[None, :]).astype(dtype)
+    else:
+        raise ValueError(kind)
+    m.flags.writeable = False
+    return m
+
+
+@functools.lru_cache(maxsize=16)
+def _ones(p: int, dtype) -> np.ndarray:
+    v = np.ones(p, dtype)
+    v.flags.writeable = False
+    return v
+
+
+def _softmax_heads(l):
+    """Softmax over the last (head) axis of l (B, T, h), in l's buffer, as the plain lines: the
+    maximum and the sum by elementwise ops over the heads' slices."""
+    h = l.shape[-1]
+    m = l[..., 0:1].copy()
+    for k in range(1, h):
+        np.maximum(m, l[..., k:k + 1], out=m)
+    l -= m
+    np.exp(l, out=l)
+    s = l[..., 0:1].copy()
+    for k in range(1, h):
+        s += l[..., k:k + 1]
+    l /= s
+    return l
+
+
+def _row_pieces(B: int, T: int, C: int) -> list[tuple[int, int]]:
+    """Ranges [b0, b1) of batch rows, about ``tuning.CAUSAL_PIECE`` numbers of a (B, T, C)
+    array each: the whole chain of the layer runs on one piece while it sits in the cache."""
+    R = max(1, tuning.CAUSAL_PIECE // max(1, T * C))
+    return [(b, min(b + R, B)) for b in range(0, B, R)]
+
+
+def _loops(B: int, T: int, C: int):
+    """The compiled loops (:func:`tostnp.backend.compiled.loops`) for a layer of this size, or
+    None: not from ``tuning.CAUSAL_COMPILED_MIN`` numbers on, or where they are off."""
+    if B * T * C < tuning.CAUSAL_COMPILED_MIN:
+        return None
+    return _compiled.loops()
+
+
+def causal_tssa_forward(x, w, params, h: int):
+    """The causal TSSA forward from w = x @ W_u + b_u (B, T, C) (cached, not written) ->
+    (y, cache) as :func:`tostnp.nn.tssa_causal.causal_forward`; None where the plain lines must
+    run (without the compiled loops: T above one block; either way: a clamped S1)."""
+    B, T, C = w.shape
+    p = C // h
+    loops = _loops(B, T, C)
+    if loops is not None:
+        return _forward_compiled(loops, x, w, params, h)
+    if not causal_fast_length(T):
+        return None
+    dt = w.dtype
+    pieces = _row_pieces(B, T, C)
+    R = pieces[0][1] - pieces[0][0]
+    tri = _triangle(T, dt, "prefix")
+    ones = _ones(p, dt)
+    bias = float(p) * params["denom_bias"][:, :T, 0].T                           # (T, h)
+    temp = params["temp"][:, 0]                                                  # (h,)
+    W_neg = np.negative(params["W_o"])                                           # y = v @ (-W_o)
+    S1, r, y = (np.empty((B, T, C), dt) for _ in range(3))
+    q, Pi, n_Pi = (np.empty((B, T, h), dt) for _ in range(3))
+    state = {"S1": np.empty((B, C), dt), "S2": np.empty((B, C), dt),
+             "S3": np.empty((B, h), dt), "t": T}
+    buf_sq, buf_a = np.empty(R * T * C, dt), np.empty(R * T * C, dt)
+    for b0, b1 in pieces:
+        n = b1 - b0
+        wp, S1p, rp, Pip, nP = w[b0:b1], S1[b0:b1], r[b0:b1], Pi[b0:b1], n_Pi[b0:b1]
+        sq = buf_sq[:n * T * C].reshape(n, T, C)
+        a = buf_a[:n * T * C].reshape(n, T, C)
+        np.multiply(wp, wp, out=sq)
+        np.matmul(tri, sq, out=S1p)                                              # prefix(sq)
+        if bool((S1p[:, 0, :] <= S1_EPS).any()):
+            return None                                   # the clamp bites: the plain lines
+        sq /= S1p                                                                # sq / S1
+        qp = q[b0:b1]
+        np.vecdot(sq.reshape(n, T, h, p), ones, out=qp)
+        qp += bias                                                               # + p bias
+        np.multiply(qp, temp, out=Pip)
+        _softmax_heads(Pip)                                                      # Pi
+        np.multiply(wp.reshape(n, T, h, p), Pip[..., None], out=a.reshape(n, T, h, p))  # w Pi
+        np.multiply(a, wp, out=sq)                                               # Pi sq
+        np.matmul(tri, sq, out=rp)                                               # S2, in r
+        np.matmul(tri, Pip, out=nP)                                              # S3
+        state["S2"][b0:b1] = rp[:, T - 1, :]
+        state["S3"][b0:b1] = nP[:, T - 1, :]
+        nP += PI_EPS                                                             # n
+        n4, r4 = nP[..., None], rp.reshape(n, T, h, p)
+        r4 += n4
+        np.divide(n4, r4, out=r4)                                                # r = n/(n+S2)
+        a *= rp                                                                  # v = a r
+        np.matmul(a.reshape(n * T, C), W_neg, out=y[b0:b1].reshape(n * T, C))
+    state["S1"][...] = S1[:, T - 1, :]
+    if "b_o" in params:
+        y += params["b_o"]
+    return y, _cache(x, w, params, h, S1, q, n_Pi, r, state, Pi)
+
+
+def _cache(x, w, params, h, S1, q, n_Pi, r, state, Pi):
+    return {"causal": True, "x": x, "params": params, "h": h, "p": w.shape[-1] // h,
+            "w": w, "S1": S1, "clamped": False, "q": q, "n_Pi": n_Pi, "r": r,
+            "decode_state": state, "Pi": np.swapaxes(Pi, 1, 2)}                  # (B, h, T)
+
+
+def _forward_compiled(loops, x, w, params, h: int):
+    """:func:`causal_tssa_forward` with the statistics as one compiled loop over the tokens."""
+    B, T, C = w.shape
+    p = C // h
+    dt = w.dtype
+    w = np.ascontiguousarray(w)
+    S1, r, v = (np.empty((B, T, C), dt) for _ in range(3))
+    q, Pi, n_Pi = (np.empty((B, T, h), dt) for _ in range(3))
+    state = {"S1": np.empty((B, C), dt), "S2": np.empty((B, C), dt),
+             "S3": np.empty((B, h), dt), "t": T}
+    bias = np.ascontiguousarray(float(p) * params["denom_bias"][:, :T, 0].T)     # (T, h)
+    temp = np.ascontiguousarray(params["temp"][:, 0])
+    if not loops["causal_forward"](w, bias, temp, S1, q, Pi, n_Pi, r, v, state["S1"],
+                                   state["S2"], state["S3"], dt.type(S1_EPS),
+                                   dt.type(PI_EPS), dt.type(0)):
+        return None                                       # the clamp bites: the plain lines
+    y = (v.reshape(B * T, C) @ np.negative(params["W_o"])).reshape(B, T, C)     # v @ (-W_o)
+    if "b_o" in params:
+        y += params["b_o"]
+    return y, _cache(x, w, params, h, S1, q, n_Pi, r, state, Pi)
+
+
+def _backward_compiled(loops, dy, cache):
+    """:func:`causal_tssa_backward` with the chain from G to g_w as one compiled loop."""
+    params, h, p = cache["params"], cache["h"], cache["p"]
+    B, T, C = dy.shape
+    dt = dy.dtype
+    x, w, S1, r = cache["x"], cache["w"], cache["S1"], cache["r"]
+    Pi = np.ascontiguousarray(np.swapaxes(cache["Pi"], 1, 2))                   # (B, T, h)
+    dy2 = dy.reshape(B * T, C)
+    G = (dy2 @ params["W_o"].T).reshape(B, T, C)                                 # -g_v
+    v = np.empty((B, T, C), dt)
+    g_temp, g_db = np.zeros(h, dt), np.zeros((T, h), dt)
+    # g_w is written into G's buffer: the loop reads each G[b, t, c] once, before it writes
+    # g_w[b, t, c]; dx goes into v's buffer once g_W_o has it (the peak: two arrays, not four)
+    loops["causal_backward"](np.ascontiguousarray(w), S1, r, Pi, cache["n_Pi"], cache["q"], G,
+                             np.ascontiguousarray(params["temp"][:, 0]), v, G, g_temp, g_db,
+                             dt.type(0), dt.type(1))
+    gWo = v.reshape(B * T, C).T @ dy2
+    np.negative(gWo, out=gWo)
+    g_w2 = G.reshape(B * T, C)
+    grads = {"W_o": gWo, "temp": g_temp.reshape(h, 1)}
+    if "b_o" in params:
+        grads["b_o"] = np.ones(B * T, dt) @ dy2                                  # (C,)
+    db = np.zeros((h, params["denom_bias"].shape[1], 1), dt)
+    db[:, :T, 0] = (float(p) * g_db).T
+    grads["denom_bias"] = db
+    grads["W_u"] = x.reshape(B * T, C).T @ g_w2
+    if "b_u" in params:
+        grads["b_u"] = np.ones(B * T, dt) @ g_w2
+    np.matmul(g_w2, params["W_u"].T, out=v.reshape(B * T, C))                    # dx
+    return v, grads
+
+
+def causal_tssa_backward(dy, cache):
+    """The backward of :func:`causal_tssa_forward` (or of the plain forward, when nothing was
+    clamped and the sequence is one block), through w = x @ W_u + b_u too -> (dx, grads) as
+    :func:`tostnp.nn.tssa_causal.causal_backward`; None where the plain lines must run.
+
+    The plain lines' quantities, with G = dy W_o^T = -g_v (the sign folded into the products):
+    -g_a = G r; -u = G v / n; g_S2 = -u r = (-u) r; sum_head u (1 - r) = sum_head g_S2 -
+    sum_head (-u); 2 G2 = (2 suffix) @ g_S2; g_Pi = sum_head (g_a w + G2 sq) + suffix(g_n).
+    With Q = 2 g_q / S1^2 per coordinate: Q sq = -2 g_S1, so 2 G1 (the exclusive suffix sum of
+    g_S1) = (-strict suffix) @ (Q sq), and g_w = w (Q S1_{t-1} + 2 G1) + Pi (g_a + 2 w G2).
+    """
+    if cache["clamped"]:
+        return None
+    params, h, p = cache["params"], cache["h"], cache["p"]
+    B, T, C = dy.shape
+    loops = _loops(B, T, C)
+    if loops is not None:
+        return _backward_compiled(loops, dy, cache)
+    if not causal_fast_length(T):
+        return None
+    dt = dy.dtype
+    x, w, S1, r = cache["x"], cache["w"], cache["S1"], cache["r"]
+    PiT, n_Pi, qc = cache["Pi"], cache["n_Pi"], cache["q"]                      # PiT (B, h, T)
+    W_oT, W_uT = params["W_o"].T, params["W_u"].T
+    temp = params["temp"][:, 0]
+    ones = _ones(p, dt)
+    pieces = _row_pieces(B, T, C)
+    R = pieces[0][1] - pieces[0][0]
+    bufs = [np.empty(R * T * C, dt) for _ in range(3)]
+    ones_rows = np.ones(R * T, dt)
+    tri_s2, tri_s = _triangle(T, dt, "suffix2"), _triangle(T, dt, "suffix")
+    tri_g1 = _triangle(T, dt, "strict_suffix_neg")
+    dx = np.empty((B, T, C), dt)
+    gWo, gWu = np.zeros((C, C), dt), np.zeros((C, C), dt)
+    g_temp, g_db = np.zeros(h, dt), np.zeros(T * h, dt)
+    g_bu = np.zeros(C, dt) if "b_u" in params else None
+    for b0, b1 in pieces:
+        n = b1 - b0
+        m = n * T
+        wp, S1p, rp = w[b0:b1], S1[b0:b1], r[b0:b1]
+        w4 = wp.reshape(n, T, h, p)
+        dy2 = dy[b0:b1].reshape(m, C)
+        Pi = np.ascontiguousarray(np.swapaxes(PiT[b0:b1], 1, 2))                # (n, T, h)
+        Pi4, n4 = Pi[..., None], n_Pi[b0:b1][..., None]
+        v, G, ga_neg = (b[:m * C].reshape(n, T, C) for b in bufs)
+        # v = w Pi r; y = v @ (-W_o): g_W_o = -(v^T dy); G = dy W_o^T = -g_v
+        np.multiply(w4, Pi4, out=v.reshape(n, T, h, p))
+        v *= rp
+        gWo += v.reshape(m, C).T @ dy2
+        np.matmul(dy2, W_oT, out=G.reshape(m, C))
+        np.multiply(G, rp, out=ga_neg)                                           # -g_a
+        G *= v                                                                   # -g_v v
+        U, U4 = G, G.reshape(n, T, h, p)
+        U4 /= n4                                                                 # -u
+        gS2 = np.multiply(U, rp, out=v)                                          # g_S2 = -u r
+        g_n = np.vecdot(gS2.reshape(n, T, h, p), ones)
+        g_n -= np.vecdot(U4, ones)                                               # sum u (1 - r)
+        H = np.matmul(tri_s2, gS2, out=U)                                        # 2 G2
+        sq = np.multiply(wp, wp, out=gS2)
+        H4, sq4, ga4 = H.reshape(n, T, h, p), sq.reshape(n, T, h, p), ga_neg.reshape(n, T, h, p)
+        g_Pi = np.vecdot(H4, sq4)
+        g_Pi *= 0.5                                                              # G2 sq
+        g_Pi -= np.vecdot(ga4, w4)                                               # + g_a w
+        g_Pi += np.matmul(tri_s, g_n)                                            # + suffix(g_n)
+        H *= wp                                                                  # 2 w G2
+        ga_neg -= H                                                              # -(g_a + 2 w G2)
+        ga4 *= Pi4                                                               # -Pi (...)
+        # Pi = softmax_k(temp_k q_k): g_l = Pi (g_Pi - sum_k Pi g_Pi), g_q = temp g_l
+        g_Pi -= np.vecdot(Pi, g_Pi)[..., None]
+        g_Pi *= Pi                                                               # g_l
+        g_temp += ones_rows[:m] @ (g_Pi * qc[b0:b1]).reshape(m, h)
+        g_q = g_Pi
+        g_q *= temp
+        g_db += ones_rows[:n] @ g_q.reshape(n, T * h)
+        # q = sum_head sq / S1 + p bias; Q = 2 g_q / S1^2 per coordinate
+        Q = np.divide((2.0 * g_q)[..., None], S1p.reshape(n, T, h, p), out=H4).reshape(n, T, C)
+        Q /= S1p
+        sq *= Q                                                                  # -2 g_S1
+        G1x2 = np.matmul(tri_g1, sq, out=v)                                      # 2 G1
+        Q[:, 1:, :] *= S1p[:, :-1, :]                                            # 2 g_q keep/S1
+        Q[:, 0, :] = 0.0
+        Q += G1x2
+        Q *= wp
+        Q -= ga_neg                                                              # g_w
+        g_w = Q.reshape(m, C)
+        # w = x @ W_u + b_u
+        np.matmul(g_w, W_uT, out=dx[b0:b1].reshape(m, C))
+        gWu += x[b0:b1].reshape(m, C).T @ g_w
+        if g_bu is not None:
+            g_bu += ones_rows[:m] @ g_w
+    np.negative(gWo, out=gWo)
+    grads = {"W_o": gWo, "temp": g_temp.reshape(h, 1)}
+    if "b_o" in params:
+        grads["b_o"] = np.ones(B * T, dt) @ dy.reshape(B * T, C)                # (C,)
+    db = np.zeros((h, params["denom_bias"].shape[1], 1), dt)
+    db[:, :T, 0] = (float(p) * g_db).reshape(T, h).T
+    grads["denom_bias"] = db
+    grads["W_u"] = gWu
+    if g_bu is not None:
+        grads["b_u"] = g_bu
+    return dx, grads
