@@ -60,6 +60,17 @@ def _triangle(T: int, dtype, kind: str) -> np.ndarray:
 
 
 @functools.lru_cache(maxsize=16)
+def _spread(C: int, h: int, dtype) -> np.ndarray:
+    """E (h, C), read-only: E[k, c] = 1 where coordinate c is in head k; a per-head (m, h) array
+    times E is that array per coordinate (m, C): a product with out=, no broadcast in the chain
+    (NumPy's broadcast over p numbers at a time runs several times slower than a plain pass)."""
+    p = C // h
+    E = (np.arange(h)[:, None] == np.arange(C)[None, :] // p).astype(dtype)
+    E.flags.writeable = False
+    return E
+
+
+@functools.lru_cache(maxsize=16)
 def _ones(p: int, dtype) -> np.ndarray:
     v = np.ones(p, dtype)
     v.flags.writeable = False
@@ -108,47 +119,50 @@ def causal_tssa_forward(x, w, params, h: int):
         return _forward_compiled(loops, x, w, params, h)
     if not causal_fast_length(T):
         return None
+    w0 = w[:, 0, :]
+    if bool((w0 * w0 <= S1_EPS).any()):     # S1 at the first token is w^2 there (or NaN)
+        return None                         # the clamp bites: the plain lines
     dt = w.dtype
     pieces = _row_pieces(B, T, C)
     R = pieces[0][1] - pieces[0][0]
     tri = _triangle(T, dt, "prefix")
     ones = _ones(p, dt)
+    E = _spread(C, h, dt)
     bias = float(p) * params["denom_bias"][:, :T, 0].T                           # (T, h)
     temp = params["temp"][:, 0]                                                  # (h,)
-    W_neg = np.negative(params["W_o"])                                           # y = v @ (-W_o)
-    S1, r, y = (np.empty((B, T, C), dt) for _ in range(3))
+    S1, r, v = (np.empty((B, T, C), dt) for _ in range(3))
     q, Pi, n_Pi = (np.empty((B, T, h), dt) for _ in range(3))
     state = {"S1": np.empty((B, C), dt), "S2": np.empty((B, C), dt),
              "S3": np.empty((B, h), dt), "t": T}
-    buf_sq, buf_a = np.empty(R * T * C, dt), np.empty(R * T * C, dt)
+    buf_sq, buf_e = np.empty(R * T * C, dt), np.empty(R * T * C, dt)
     for b0, b1 in pieces:
         n = b1 - b0
-        wp, S1p, rp, Pip, nP = w[b0:b1], S1[b0:b1], r[b0:b1], Pi[b0:b1], n_Pi[b0:b1]
-        sq = buf_sq[:n * T * C].reshape(n, T, C)
-        a = buf_a[:n * T * C].reshape(n, T, C)
+        m = n * T
+        wp, S1p, rp, vp, Pip, nP = w[b0:b1], S1[b0:b1], r[b0:b1], v[b0:b1], Pi[b0:b1], n_Pi[b0:b1]
+        sq = buf_sq[:m * C].reshape(n, T, C)
+        e = buf_e[:m * C].reshape(n, T, C)
         np.multiply(wp, wp, out=sq)
         np.matmul(tri, sq, out=S1p)                                              # prefix(sq)
-        if bool((S1p[:, 0, :] <= S1_EPS).any()):
-            return None                                   # the clamp bites: the plain lines
         sq /= S1p                                                                # sq / S1
         qp = q[b0:b1]
         np.vecdot(sq.reshape(n, T, h, p), ones, out=qp)
         qp += bias                                                               # + p bias
         np.multiply(qp, temp, out=Pip)
         _softmax_heads(Pip)                                                      # Pi
-        np.multiply(wp.reshape(n, T, h, p), Pip[..., None], out=a.reshape(n, T, h, p))  # w Pi
-        np.multiply(a, wp, out=sq)                                               # Pi sq
+        np.matmul(Pip.reshape(m, h), E, out=e.reshape(m, C))                     # Pi per coord
+        np.multiply(wp, e, out=vp)                                               # a = w Pi
+        np.multiply(vp, wp, out=sq)                                              # Pi sq
         np.matmul(tri, sq, out=rp)                                               # S2, in r
         np.matmul(tri, Pip, out=nP)                                              # S3
         state["S2"][b0:b1] = rp[:, T - 1, :]
         state["S3"][b0:b1] = nP[:, T - 1, :]
         nP += PI_EPS                                                             # n
-        n4, r4 = nP[..., None], rp.reshape(n, T, h, p)
-        r4 += n4
-        np.divide(n4, r4, out=r4)                                                # r = n/(n+S2)
-        a *= rp                                                                  # v = a r
-        np.matmul(a.reshape(n * T, C), W_neg, out=y[b0:b1].reshape(n * T, C))
+        np.matmul(nP.reshape(m, h), E, out=e.reshape(m, C))                      # n per coord
+        rp += e                                                                  # n + S2
+        np.divide(e, rp, out=rp)                                                 # r = n/(n+S2)
+        vp *= rp                                                                 # v = a r
     state["S1"][...] = S1[:, T - 1, :]
+    y = (v.reshape(B * T, C) @ np.negative(params["W_o"])).reshape(B, T, C)     # v @ (-W_o)
     if "b_o" in params:
         y += params["b_o"]
     return y, _cache(x, w, params, h, S1, q, n_Pi, r, state, Pi)
@@ -236,82 +250,85 @@ def causal_tssa_backward(dy, cache):
         return None
     dt = dy.dtype
     x, w, S1, r = cache["x"], cache["w"], cache["S1"], cache["r"]
-    PiT, n_Pi, qc = cache["Pi"], cache["n_Pi"], cache["q"]                      # PiT (B, h, T)
-    W_oT, W_uT = params["W_o"].T, params["W_u"].T
+    Pi = np.ascontiguousarray(np.swapaxes(cache["Pi"], 1, 2))                   # (B, T, h)
+    n_Pi, qc = cache["n_Pi"], cache["q"]
     temp = params["temp"][:, 0]
     ones = _ones(p, dt)
+    E = _spread(C, h, dt)                            # (h, C): a per-head (m, h) @ E is per coordinate
     pieces = _row_pieces(B, T, C)
     R = pieces[0][1] - pieces[0][0]
     bufs = [np.empty(R * T * C, dt) for _ in range(3)]
     ones_rows = np.ones(R * T, dt)
     tri_s2, tri_s = _triangle(T, dt, "suffix2"), _triangle(T, dt, "suffix")
     tri_g1 = _triangle(T, dt, "strict_suffix_neg")
-    dx = np.empty((B, T, C), dt)
-    gWo, gWu = np.zeros((C, C), dt), np.zeros((C, C), dt)
+    dy2 = dy.reshape(B * T, C)
+    # v = w Pi r; y = v @ (-W_o): g_W_o = -(v^T dy); G = dy W_o^T = -g_v (whole products)
+    v = np.empty((B, T, C), dt)
+    for b0, b1 in pieces:
+        n = b1 - b0
+        Pc = bufs[0][:n * T * C].reshape(n * T, C)
+        np.matmul(Pi[b0:b1].reshape(n * T, h), E, out=Pc)                       # Pi per coord
+        np.multiply(w[b0:b1], Pc.reshape(n, T, C), out=v[b0:b1])
+        v[b0:b1] *= r[b0:b1]
+    gWo = v.reshape(B * T, C).T @ dy2
+    np.negative(gWo, out=gWo)
+    G = (dy2 @ params["W_o"].T).reshape(B, T, C)        # -g_v; g_w is written into it, piece by piece
     g_temp, g_db = np.zeros(h, dt), np.zeros(T * h, dt)
-    g_bu = np.zeros(C, dt) if "b_u" in params else None
     for b0, b1 in pieces:
         n = b1 - b0
         m = n * T
-        wp, S1p, rp = w[b0:b1], S1[b0:b1], r[b0:b1]
+        wp, S1p, rp, vp, Gp = w[b0:b1], S1[b0:b1], r[b0:b1], v[b0:b1], G[b0:b1]
         w4 = wp.reshape(n, T, h, p)
-        dy2 = dy[b0:b1].reshape(m, C)
-        Pi = np.ascontiguousarray(np.swapaxes(PiT[b0:b1], 1, 2))                # (n, T, h)
-        Pi4, n4 = Pi[..., None], n_Pi[b0:b1][..., None]
-        v, G, ga_neg = (b[:m * C].reshape(n, T, C) for b in bufs)
-        # v = w Pi r; y = v @ (-W_o): g_W_o = -(v^T dy); G = dy W_o^T = -g_v
-        np.multiply(w4, Pi4, out=v.reshape(n, T, h, p))
-        v *= rp
-        gWo += v.reshape(m, C).T @ dy2
-        np.matmul(dy2, W_oT, out=G.reshape(m, C))
-        np.multiply(G, rp, out=ga_neg)                                           # -g_a
-        G *= v                                                                   # -g_v v
-        U, U4 = G, G.reshape(n, T, h, p)
-        U4 /= n4                                                                 # -u
-        gS2 = np.multiply(U, rp, out=v)                                          # g_S2 = -u r
+        Pip = Pi[b0:b1]
+        Pc, ga_neg, X = (b[:m * C].reshape(n, T, C) for b in bufs)
+        np.matmul(Pip.reshape(m, h), E, out=Pc.reshape(m, C))                   # Pi per coord
+        np.multiply(Gp, rp, out=ga_neg)                                          # -g_a
+        Gp *= vp                                                                 # -g_v v
+        np.matmul(n_Pi[b0:b1].reshape(m, h), E, out=X.reshape(m, C))            # n per coord
+        U = Gp
+        U /= X                                                                   # -u
+        gS2 = np.multiply(U, rp, out=vp)                                         # g_S2 = -u r
         g_n = np.vecdot(gS2.reshape(n, T, h, p), ones)
-        g_n -= np.vecdot(U4, ones)                                               # sum u (1 - r)
+        g_n -= np.vecdot(U.reshape(n, T, h, p), ones)                            # sum u (1 - r)
         H = np.matmul(tri_s2, gS2, out=U)                                        # 2 G2
-        sq = np.multiply(wp, wp, out=gS2)
-        H4, sq4, ga4 = H.reshape(n, T, h, p), sq.reshape(n, T, h, p), ga_neg.reshape(n, T, h, p)
-        g_Pi = np.vecdot(H4, sq4)
+        sq = np.multiply(wp, wp, out=vp)
+        g_Pi = np.vecdot(H.reshape(n, T, h, p), sq.reshape(n, T, h, p))
         g_Pi *= 0.5                                                              # G2 sq
-        g_Pi -= np.vecdot(ga4, w4)                                               # + g_a w
+        g_Pi -= np.vecdot(ga_neg.reshape(n, T, h, p), w4)                        # + g_a w
         g_Pi += np.matmul(tri_s, g_n)                                            # + suffix(g_n)
         H *= wp                                                                  # 2 w G2
         ga_neg -= H                                                              # -(g_a + 2 w G2)
-        ga4 *= Pi4                                                               # -Pi (...)
+        ga_neg *= Pc                                                             # -Pi (...)
         # Pi = softmax_k(temp_k q_k): g_l = Pi (g_Pi - sum_k Pi g_Pi), g_q = temp g_l
-        g_Pi -= np.vecdot(Pi, g_Pi)[..., None]
-        g_Pi *= Pi                                                               # g_l
+        g_Pi -= np.vecdot(Pip, g_Pi)[..., None]
+        g_Pi *= Pip                                                              # g_l
         g_temp += ones_rows[:m] @ (g_Pi * qc[b0:b1]).reshape(m, h)
         g_q = g_Pi
         g_q *= temp
         g_db += ones_rows[:n] @ g_q.reshape(n, T * h)
-        # q = sum_head sq / S1 + p bias; Q = 2 g_q / S1^2 per coordinate
-        Q = np.divide((2.0 * g_q)[..., None], S1p.reshape(n, T, h, p), out=H4).reshape(n, T, C)
+        # q = sum_head sq / S1 + p bias; Q = 2 g_q / S1^2 per coordinate, in G's slot
+        g_q *= 2.0
+        Q = Gp
+        np.matmul(g_q.reshape(m, h), E, out=Q.reshape(m, C))
+        Q /= S1p
         Q /= S1p
         sq *= Q                                                                  # -2 g_S1
-        G1x2 = np.matmul(tri_g1, sq, out=v)                                      # 2 G1
+        G1x2 = np.matmul(tri_g1, sq, out=X)                                      # 2 G1
         Q[:, 1:, :] *= S1p[:, :-1, :]                                            # 2 g_q keep/S1
         Q[:, 0, :] = 0.0
         Q += G1x2
         Q *= wp
         Q -= ga_neg                                                              # g_w
-        g_w = Q.reshape(m, C)
-        # w = x @ W_u + b_u
-        np.matmul(g_w, W_uT, out=dx[b0:b1].reshape(m, C))
-        gWu += x[b0:b1].reshape(m, C).T @ g_w
-        if g_bu is not None:
-            g_bu += ones_rows[:m] @ g_w
-    np.negative(gWo, out=gWo)
     grads = {"W_o": gWo, "temp": g_temp.reshape(h, 1)}
     if "b_o" in params:
-        grads["b_o"] = np.ones(B * T, dt) @ dy.reshape(B * T, C)                # (C,)
+        grads["b_o"] = np.ones(B * T, dt) @ dy2                                  # (C,)
     db = np.zeros((h, params["denom_bias"].shape[1], 1), dt)
     db[:, :T, 0] = (float(p) * g_db).reshape(T, h).T
     grads["denom_bias"] = db
-    grads["W_u"] = gWu
-    if g_bu is not None:
-        grads["b_u"] = g_bu
-    return dx, grads
+    # w = x @ W_u + b_u (whole products); dx in v's buffer
+    g_w = G.reshape(B * T, C)
+    grads["W_u"] = x.reshape(B * T, C).T @ g_w
+    if "b_u" in params:
+        grads["b_u"] = np.ones(B * T, dt) @ g_w
+    np.matmul(g_w, params["W_u"].T, out=v.reshape(B * T, C))
+    return v, grads
