@@ -82,8 +82,9 @@ SCAN_WHOLE = 64
 
 # Numbers per piece of the causal layer's NumPy fast path (tostnp.backend.kernels_causal): whole
 # batch rows of (T, C), so that the layer's chain, forward or backward, runs on one piece while
-# it sits in a core's cache.
-CAUSAL_PIECE = 1 << 15
+# it sits in a core's cache. The default LM's step at 1 thread: pieces of 16K to 64K numbers
+# within 3% of each other, the whole batch at once the slowest (docs/tuning.md).
+CAUSAL_PIECE = 1 << 16
 # The smallest causal layer, as numbers in w (B x T x C), that runs on the compiled loops
 # (tostnp.backend.compiled, where Numba is installed): below it the NumPy kernels, so small
 # models and tests never import Numba nor wait for a compilation.
