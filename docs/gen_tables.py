@@ -54,10 +54,20 @@ def _load_str(vals):
 
 
 # ------------------------------------------------------------------------------- the machines
+def peer_kernels(env):
+    """Whether tostnp's compiled loops were available to the run: "Numba X installed" (it
+    imported and was on; which layers then use the loops depends on their size,
+    tostnp/backend/tuning.py) or "no Numba" (absent or off, and every run before the loops
+    existed: its JSON has no ``compiled_kernels``)."""
+    ck = env.get("machine", {}).get("compiled_kernels", "")
+    return f"Numba {ck.split()[1]} installed" if ck.startswith("numba ") else "no Numba"
+
+
 def peer_machine(env):
     """CPU, BLAS and versions of a benchmarks/peer_torch.py result's ``env``."""
     return (f"{env.get('cpu', 'CPU not recorded')}, {env['host_cpus']} CPUs; "
-            f"NumPy {env['numpy']} ({'; '.join(env['blas'])}); PyTorch {env['torch']}")
+            f"NumPy {env['numpy']} ({'; '.join(env['blas'])}); PyTorch {env['torch']}; "
+            f"tostnp: {peer_kernels(env)}")
 
 
 def context_machine(m):
@@ -170,10 +180,10 @@ def speed_by_cpu(_):
         rel = os.path.relpath(path, ROOT)
         d = _load(rel)
         if "timing" in d:
-            key = (d["env"].get("cpu", "?"), tuple(d["env"]["blas"]))
+            key = (d["env"].get("cpu", "?"), tuple(d["env"]["blas"]), peer_kernels(d["env"]))
             runs.setdefault(key, []).append((max(d["env"]["loadavg_start"][:2]) <= 1.5, rel, d))
     rows, misses = [], []
-    for (cpu, blas), rs in sorted(runs.items()):
+    for (cpu, blas, kernels), rs in sorted(runs.items()):
         idle = any(r[0] for r in rs)
         rs = sorted((r for r in rs if r[0] == idle), key=lambda r: r[2]["env"]["date"])
         cells, used, slower = [], [], []
@@ -191,15 +201,16 @@ def speed_by_cpu(_):
                                                  d["env"]["loadavg_end"][0])]
         load = f"load {min(loads):.1f}–{max(loads):.1f}" if loads else ""
         if idle:
-            misses.append(f"{cpu} ({'; '.join(blas)}): "
+            misses.append(f"{cpu} ({'; '.join(blas)}; {kernels}): "
                           + (", ".join(slower) if slower else "none"))
-        rows.append([f"{cpu}, {rs[-1][2]['env']['host_cpus']} CPUs", "; ".join(blas), *cells,
+        rows.append([f"{cpu}, {rs[-1][2]['env']['host_cpus']} CPUs", "; ".join(blas), kernels,
+                     *cells,
                      f"idle ({load})" if idle
                      else f"**measured under shared load** ({load}): not a speed claim",
                      ", ".join(f"[`{os.path.basename(rel)}`]({rel})" for _, rel, _ in used)])
-    return _table(["CPU", "NumPy's BLAS", "LM, 1 thread", "LM, 2 threads", "digits, 1 thread",
-                   "digits, 2 threads", "conditions", "files"], rows,
-                  ["---", "---", "---:", "---:", "---:", "---:", "---", "---"]) \
+    return _table(["CPU", "NumPy's BLAS", "compiled loops", "LM, 1 thread", "LM, 2 threads",
+                   "digits, 1 thread", "digits, 2 threads", "conditions", "files"], rows,
+                  ["---", "---", "---", "---:", "---:", "---:", "---:", "---", "---"]) \
         + "\n\nSlower than PyTorch (above 1.0×) in the idle runs above: " + "; ".join(misses) + "."
 
 

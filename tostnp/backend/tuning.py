@@ -86,9 +86,11 @@ SCAN_WHOLE = 64
 # within 3% of each other, the whole batch at once the slowest (docs/tuning.md).
 CAUSAL_PIECE = 1 << 16
 # The smallest causal layer, as numbers in w (B x T x C), that runs on the compiled loops
-# (tostnp.backend.compiled, where Numba is installed): below it the NumPy kernels, so small
-# models and tests never import Numba nor wait for a compilation.
-CAUSAL_COMPILED_MIN = 1 << 16
+# (tostnp.backend.compiled, where Numba is installed): below it the NumPy kernels (up to
+# SCAN_WHOLE tokens) or the plain lines. Above the default LM's 262,144: Numba and its compiler
+# hold about 130 MB of the process's memory, and on the LM's step the loops gained too little
+# beside the NumPy kernels to pay for that (docs/tuning.md); long sequences gain much more.
+CAUSAL_COMPILED_MIN = 1 << 19
 
 # ---------------------------------------------------------------------------------------------
 # attention baselines (tostnp.nn.attention, tostnp.nn.flash)
