@@ -59,8 +59,9 @@ def peer_kernels(env):
     imported and was on; which layers then use the loops depends on their size,
     tostnp/backend/tuning.py) or "no Numba" (absent or off, and every run before the loops
     existed: its JSON has no ``compiled_kernels``)."""
-    ck = env.get("machine", {}).get("compiled_kernels", "")
-    return f"Numba {ck.split()[1]} installed" if ck.startswith("numba ") else "no Numba"
+    ck = env.get("machine", {}).get("compiled_kernels", "")       # "numba 0.68.1", or why not
+    m = re.fullmatch(r"numba (\d[\w.+]*)", ck)
+    return f"Numba {m.group(1)} installed" if m else "no Numba"
 
 
 def peer_machine(env):
