@@ -143,15 +143,24 @@ def test_without_numba_the_numpy_kernels_run(monkeypatch):
 
 
 def test_tostnp_imports_numba_only_for_a_long_sequence():
-    """Importing tostnp, and a layer too small for the kernels in pieces, import no Numba (its
-    import and compile cost only what needs them)."""
+    """Importing tostnp, a non-causal layer too small for the kernels in pieces, and a causal
+    layer of the default LM's size (below tuning.CAUSAL_COMPILED_MIN) import no Numba (its
+    import and compile cost only what needs them: about 130 MB of resident memory)."""
     code = ("import sys, numpy as np, tostnp\n"
             "from tostnp import backend\n"
+            "from tostnp.backend import tuning\n"
             "from tostnp.nn import tssa\n"
             "p = tssa.tssa_init(backend.RNG(0), np, 16, 2, dtype=np.float64)\n"
             "y, c = tssa.tssa_forward(np.ones((2, 8, 16)), p, 2)\n"
             "tssa.tssa_backward(np.ones((2, 8, 16)), c)\n"
             "assert not c['in_pieces']\n"
+            "B, T, C, h = 32, 64, 128, 4\n"
+            "assert B * T * C < tuning.CAUSAL_COMPILED_MIN\n"
+            "p = tssa.tssa_init(backend.RNG(0), np, C, h, causal=True, max_len=T, "
+            "dtype=np.float32)\n"
+            "x = np.random.default_rng(0).standard_normal((B, T, C)).astype(np.float32)\n"
+            "y, c = tssa.tssa_forward(x, p, h, causal=True)\n"
+            "tssa.tssa_backward(x, c)\n"
             "print('numba' in sys.modules)\n")
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert r.returncode == 0, r.stderr

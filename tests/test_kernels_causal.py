@@ -6,12 +6,9 @@ Every output the layer hands on is compared: y, dx, every gradient, the cache th
 the decoder read (S1, q, Pi, n_Pi, r, the decode state). float64 to 1e-12; float32 against the
 plain lines in float64. Also: the pieces, the long sequences (compiled loops only), the clamp
 and the sequences above one scan block (both left to the plain lines), a backward from the
-plain forward's cache, NaN, and no Numba import for a small layer.
+plain forward's cache, NaN. (That the default LM's layer imports no Numba: test_compiled.py.)
 """
 from __future__ import annotations
-
-import subprocess
-import sys
 
 import numpy as np
 import pytest
@@ -206,21 +203,3 @@ def test_compiled_loops_are_the_ones_that_run(monkeypatch):
         y, cache = tssa.tssa_forward(x, P, 2, causal=True)
         tssa.tssa_backward(dy, cache)
         assert calls == expect, (size_min, on)
-
-
-def test_a_small_causal_layer_imports_no_numba():
-    """A causal layer below CAUSAL_COMPILED_MIN (the tests' and the exercises' sizes) runs the
-    NumPy kernels and imports no Numba."""
-    code = ("import sys, numpy as np\n"
-            "from tostnp import backend\n"
-            "from tostnp.backend import tuning\n"
-            "from tostnp.nn import tssa\n"
-            "p = tssa.tssa_init(backend.RNG(0), np, 16, 2, causal=True, max_len=8, "
-            "dtype=np.float64)\n"
-            "assert 2 * 8 * 16 < tuning.CAUSAL_COMPILED_MIN\n"
-            "y, c = tssa.tssa_forward(np.ones((2, 8, 16)), p, 2, causal=True)\n"
-            "tssa.tssa_backward(np.ones((2, 8, 16)), c)\n"
-            "print('numba' in sys.modules)\n")
-    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
-    assert r.returncode == 0, r.stderr
-    assert r.stdout.strip() == "False"

@@ -106,6 +106,24 @@ def _define(numba) -> dict:
     jit = numba.njit(nogil=True, fastmath={"reassoc", "contract"}, boundscheck=False,
                      error_model="numpy", cache=False)
 
+    # inlined into the loops that call it (Numba's own inlining: no call per token)
+    @numba.njit(nogil=True, fastmath={"reassoc", "contract"}, boundscheck=False,
+                error_model="numpy", cache=False, inline="always")
+    def softmax_exp(l):
+        """l (h,) := exp(l - max l), in place (a NaN is the maximum); returns their sum: the
+        softmax is l / the sum, divided where the caller writes it."""
+        h = l.shape[0]
+        mx = l[0]
+        for k in range(1, h):
+            if l[k] > mx or l[k] != l[k]:
+                mx = l[k]
+        tot = 0.0
+        for k in range(h):
+            e = math.exp(l[k] - mx)
+            l[k] = e
+            tot += e
+        return tot
+
     @jit
     def forward_sums(w, b, has_b, S1):
         """w (N, C) += b (in place, with has_b); S1 (C,) += sum_n w^2."""
@@ -139,15 +157,7 @@ def _define(numba) -> dict:
                     acc += v * v * inv_S1[c]
                 q[n, k] = acc
                 l[k] = temp[k] * acc
-            mx = l[0]
-            for k in range(1, h):
-                if l[k] > mx or l[k] != l[k]:
-                    mx = l[k]
-            tot = 0.0
-            for k in range(h):
-                e = math.exp(l[k] - mx)
-                l[k] = e
-                tot += e
+            tot = softmax_exp(l)
             for k in range(h):
                 Pi[n, k] = l[k] / tot
                 pi = Pi[n, k]
@@ -253,15 +263,7 @@ def _define(numba) -> dict:
                         acc += x * x / s1[c]
                     q[b, t, k] = acc + bias[t, k]
                     l[k] = temp[k] * q[b, t, k]
-                mx = l[0]
-                for k in range(1, h):
-                    if l[k] > mx or l[k] != l[k]:
-                        mx = l[k]
-                tot = 0.0
-                for k in range(h):
-                    e = math.exp(l[k] - mx)
-                    l[k] = e
-                    tot += e
+                tot = softmax_exp(l)
                 for k in range(h):
                     Pi[b, t, k] = l[k] / tot
                     pi = Pi[b, t, k]
