@@ -27,8 +27,11 @@ def _peak(tmp_path, mixer, batch) -> int:
     text = tmp_path / "t.txt"
     if not text.exists():
         text.write_text("the quick brown fox jumps over the lazy dog. " * 400)
+    # the compiled loops off: the batch of 16 (16 x 256 x 128 numbers a layer call) reaches
+    # tuning.CAUSAL_COMPILED_MIN, and where Numba is installed its process would hold Numba and
+    # its compiler (about 130 MB, fixed), which the estimate, of arrays, does not count
     env = dict(os.environ, PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""),
-               OPENBLAS_NUM_THREADS="1", MPLBACKEND="Agg")
+               OPENBLAS_NUM_THREADS="1", MPLBACKEND="Agg", TOSTNP_JIT="0")
     r = subprocess.run([sys.executable, "-c", _LAUNCH, sys.executable, "-m", "tostnp", "train",
                         "lm", "--text", str(text), "--tokenizer", "char", "--steps", "1",
                         "--eval-every", "0", "--width", str(W), "--depth", str(D), "--heads",

@@ -7,6 +7,9 @@
 * :func:`estimate_bytes` -- parameters plus the activations of one batch (forward only for
   evaluation and sampling; forward caches, gradients and AdamW's two moments for training).
   An estimate within a small factor, for refusing sizes that cannot fit, not for planning.
+  It counts arrays, not the libraries a run loads: where Numba is installed and a TSSA layer is
+  large enough for the compiled loops (:mod:`tostnp.backend.compiled`), the process also holds
+  Numba and its compiler, a fixed cost of about 130 MB (docs/usage.md).
 * :func:`check_model_fits` -- :func:`tostnp.backend.budget.check_memory` of that estimate.
 """
 from __future__ import annotations
