@@ -57,7 +57,7 @@ __all__ = ["add_rows", "gelu_forward", "gelu_backward", "gelu_forward_slope",
            "layer_norm_backward", "adamw_update", "softmax_cross_entropy_backward", "sum_leading",
            "set_threads", "get_threads", "on_threads", "shard_bounds", "flat_zeros", "adamw_update_flat",
            "matmul_into", "tssa_in_pieces", "tssa_statistics", "output_weights_ones",
-           "head_indicator", "causal_tssa_forward", "causal_tssa_backward"]
+           "head_indicator", "softmax_heads"]
 
 # ---------------------------------------------------------------------------------------------
 # the piece executor: rows of an (M, L) view, in pieces of about tuning.CHUNK elements
@@ -429,6 +429,21 @@ def head_indicator(C: int, h: int, dtype) -> np.ndarray:
     return E
 
 
+def softmax_heads(e, mx):
+    """Softmax over the last (head) axis of e (..., h), in place; ``mx`` (..., 1): a buffer. The
+    maximum as h - 1 elementwise maxima of columns (NumPy reduces a short last axis element by
+    element), the sum as a matrix-vector product with ones."""
+    h = e.shape[-1]
+    mx[...] = e[..., 0:1]
+    for k in range(1, h):
+        np.maximum(mx, e[..., k:k + 1], out=mx)
+    e -= mx
+    np.exp(e, out=e)
+    np.matmul(e, _ones(h, e.dtype), out=mx[..., 0])
+    e /= mx
+    return e
+
+
 def matmul_into(a, b, out):
     """a @ b written into ``out`` (a view of a larger array: no copy of the product after)."""
     return np.matmul(a, b, out=out)
@@ -553,16 +568,7 @@ def _forward_rest_in_pieces(w, inv_S1, temp, q, Pi, n_Pi, S2, a):
         qi, e = q[b0:b1, lo:hi], Pi[b0:b1, lo:hi]                # (nb, n, h)
         np.vecdot(t.reshape(nb, n, h, p), inv_h[b0:b1], out=qi)
         np.multiply(qi, temp, out=e)
-        # softmax over the h heads: the maximum as h - 1 elementwise maxima of columns (NumPy
-        # reduces a short last axis element by element), the sum as a matrix-vector product
-        mx = m_buf[:nb * n].reshape(nb, n, 1)
-        mx[...] = e[..., 0:1]
-        for k in range(1, h):
-            np.maximum(mx, e[..., k:k + 1], out=mx)
-        e -= mx
-        np.exp(e, out=e)
-        np.matmul(e, ones[:h], out=mx[..., 0])
-        e /= mx                                                  # Pi
+        softmax_heads(e, m_buf[:nb * n].reshape(nb, n, 1))      # Pi
         n_Pi[b0:b1] += ones[:n] @ e
         _add_head_token_sums(S2[b0:b1], e, t)                    # S2
         np.einsum("bnkp,bnk->bnkp", wi.reshape(nb, n, h, p), e,   # a = w Pi (einsum: 196
@@ -808,7 +814,3 @@ def adamw_update_flat(ps, gs, m, v, **hyper):
         out.append(new[off:off + a.size].reshape(a.shape))
         off += a.size
     return out
-
-
-# the causal TSSA layer's fast path has a file of its own; fused(xp) hands it out from here too
-from .kernels_causal import causal_tssa_forward, causal_tssa_backward  # noqa: E402

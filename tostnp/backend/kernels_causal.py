@@ -26,6 +26,7 @@ import numpy as np
 
 from . import compiled as _compiled
 from . import tuning
+from .kernels import _ones, head_indicator, softmax_heads
 
 __all__ = ["causal_tssa_forward", "causal_tssa_backward", "causal_fast_length"]
 
@@ -57,40 +58,6 @@ def _triangle(T: int, dtype, kind: str) -> np.ndarray:
         raise ValueError(kind)
     m.flags.writeable = False
     return m
-
-
-@functools.lru_cache(maxsize=16)
-def _spread(C: int, h: int, dtype) -> np.ndarray:
-    """E (h, C), read-only: E[k, c] = 1 where coordinate c is in head k; a per-head (m, h) array
-    times E is that array per coordinate (m, C): a product with out=, no broadcast in the chain
-    (NumPy's broadcast over p numbers at a time runs several times slower than a plain pass)."""
-    p = C // h
-    E = (np.arange(h)[:, None] == np.arange(C)[None, :] // p).astype(dtype)
-    E.flags.writeable = False
-    return E
-
-
-@functools.lru_cache(maxsize=16)
-def _ones(p: int, dtype) -> np.ndarray:
-    v = np.ones(p, dtype)
-    v.flags.writeable = False
-    return v
-
-
-def _softmax_heads(l):
-    """Softmax over the last (head) axis of l (B, T, h), in l's buffer, as the plain lines: the
-    maximum and the sum by elementwise ops over the heads' slices."""
-    h = l.shape[-1]
-    m = l[..., 0:1].copy()
-    for k in range(1, h):
-        np.maximum(m, l[..., k:k + 1], out=m)
-    l -= m
-    np.exp(l, out=l)
-    s = l[..., 0:1].copy()
-    for k in range(1, h):
-        s += l[..., k:k + 1]
-    l /= s
-    return l
 
 
 def _row_pieces(B: int, T: int, C: int) -> list[tuple[int, int]]:
@@ -127,14 +94,15 @@ def causal_tssa_forward(x, w, params, h: int):
     R = pieces[0][1] - pieces[0][0]
     tri = _triangle(T, dt, "prefix")
     ones = _ones(p, dt)
-    E = _spread(C, h, dt)
+    E = head_indicator(C, h, dt).T         # (h, C): a per-head (m, h) @ E is per coordinate
     bias = float(p) * params["denom_bias"][:, :T, 0].T                           # (T, h)
     temp = params["temp"][:, 0]                                                  # (h,)
     S1, r, v = (np.empty((B, T, C), dt) for _ in range(3))
     q, Pi, n_Pi = (np.empty((B, T, h), dt) for _ in range(3))
     state = {"S1": np.empty((B, C), dt), "S2": np.empty((B, C), dt),
              "S3": np.empty((B, h), dt), "t": T}
-    buf_sq, buf_e = np.empty(R * T * C, dt), np.empty(R * T * C, dt)
+    buf_sq, buf_e, buf_m = (np.empty(R * T * C, dt), np.empty(R * T * C, dt),
+                            np.empty(R * T, dt))
     for b0, b1 in pieces:
         n = b1 - b0
         m = n * T
@@ -148,7 +116,7 @@ def causal_tssa_forward(x, w, params, h: int):
         np.vecdot(sq.reshape(n, T, h, p), ones, out=qp)
         qp += bias                                                               # + p bias
         np.multiply(qp, temp, out=Pip)
-        _softmax_heads(Pip)                                                      # Pi
+        softmax_heads(Pip, buf_m[:m].reshape(n, T, 1))                          # Pi
         np.matmul(Pip.reshape(m, h), E, out=e.reshape(m, C))                     # Pi per coord
         np.multiply(wp, e, out=vp)                                               # a = w Pi
         np.multiply(vp, wp, out=sq)                                              # Pi sq
@@ -212,20 +180,34 @@ def _backward_compiled(loops, dy, cache):
     loops["causal_backward"](np.ascontiguousarray(w), S1, r, Pi, cache["n_Pi"], cache["q"], G,
                              np.ascontiguousarray(params["temp"][:, 0]), v, G, g_temp, g_db,
                              dt.type(0), dt.type(1))
-    gWo = v.reshape(B * T, C).T @ dy2
-    np.negative(gWo, out=gWo)
-    g_w2 = G.reshape(B * T, C)
+    return _finish_backward(params, x, dy2, _output_weight_grad(v, dy2), G, g_temp, g_db, v)
+
+
+def _output_weight_grad(v, dy2):
+    """g_W_o = -(v^T dy): y = v @ (-W_o)."""
+    gWo = v.reshape(dy2.shape).T @ dy2
+    return np.negative(gWo, out=gWo)
+
+
+def _finish_backward(params, x, dy2, gWo, g_w, g_temp, g_db, dx):
+    """Both backwards' end: the gradients from g_W_o, the sums g_temp (h,) and g_db (T, h)
+    over the batch, and g_w (B, T, C); through w = x @ W_u + b_u, dx written into ``dx``, a
+    (B, T, C) buffer of the caller's -> (dx, grads)."""
+    B, T, C = dx.shape
+    h = g_temp.shape[0]
+    dt = dx.dtype
+    g_w2 = g_w.reshape(B * T, C)
     grads = {"W_o": gWo, "temp": g_temp.reshape(h, 1)}
     if "b_o" in params:
         grads["b_o"] = np.ones(B * T, dt) @ dy2                                  # (C,)
     db = np.zeros((h, params["denom_bias"].shape[1], 1), dt)
-    db[:, :T, 0] = (float(p) * g_db).T
+    db[:, :T, 0] = (float(C // h) * g_db).T                                      # p g_q sums
     grads["denom_bias"] = db
     grads["W_u"] = x.reshape(B * T, C).T @ g_w2
     if "b_u" in params:
         grads["b_u"] = np.ones(B * T, dt) @ g_w2
-    np.matmul(g_w2, params["W_u"].T, out=v.reshape(B * T, C))                    # dx
-    return v, grads
+    np.matmul(g_w2, params["W_u"].T, out=dx.reshape(B * T, C))
+    return dx, grads
 
 
 def causal_tssa_backward(dy, cache):
@@ -254,7 +236,7 @@ def causal_tssa_backward(dy, cache):
     n_Pi, qc = cache["n_Pi"], cache["q"]
     temp = params["temp"][:, 0]
     ones = _ones(p, dt)
-    E = _spread(C, h, dt)                            # (h, C): a per-head (m, h) @ E is per coordinate
+    E = head_indicator(C, h, dt).T         # (h, C): a per-head (m, h) @ E is per coordinate
     pieces = _row_pieces(B, T, C)
     R = pieces[0][1] - pieces[0][0]
     bufs = [np.empty(R * T * C, dt) for _ in range(3)]
@@ -270,8 +252,7 @@ def causal_tssa_backward(dy, cache):
         np.matmul(Pi[b0:b1].reshape(n * T, h), E, out=Pc)                       # Pi per coord
         np.multiply(w[b0:b1], Pc.reshape(n, T, C), out=v[b0:b1])
         v[b0:b1] *= r[b0:b1]
-    gWo = v.reshape(B * T, C).T @ dy2
-    np.negative(gWo, out=gWo)
+    gWo = _output_weight_grad(v, dy2)
     G = (dy2 @ params["W_o"].T).reshape(B, T, C)        # -g_v; g_w is written into it, piece by piece
     g_temp, g_db = np.zeros(h, dt), np.zeros(T * h, dt)
     for b0, b1 in pieces:
@@ -319,16 +300,5 @@ def causal_tssa_backward(dy, cache):
         Q += G1x2
         Q *= wp
         Q -= ga_neg                                                              # g_w
-    grads = {"W_o": gWo, "temp": g_temp.reshape(h, 1)}
-    if "b_o" in params:
-        grads["b_o"] = np.ones(B * T, dt) @ dy2                                  # (C,)
-    db = np.zeros((h, params["denom_bias"].shape[1], 1), dt)
-    db[:, :T, 0] = (float(p) * g_db).reshape(T, h).T
-    grads["denom_bias"] = db
-    # w = x @ W_u + b_u (whole products); dx in v's buffer
-    g_w = G.reshape(B * T, C)
-    grads["W_u"] = x.reshape(B * T, C).T @ g_w
-    if "b_u" in params:
-        grads["b_u"] = np.ones(B * T, dt) @ g_w
-    np.matmul(g_w, params["W_u"].T, out=v.reshape(B * T, C))
-    return v, grads
+    # w = x @ W_u + b_u (whole products); g_w is in G's buffer, dx goes into v's
+    return _finish_backward(params, x, dy2, gWo, G, g_temp, g_db.reshape(T, h), v)

@@ -28,6 +28,7 @@ g_denom_bias[k, t] = p * sum_b g_q[b, t, k] (the bias sits inside the p-term sum
 from __future__ import annotations
 
 from ..backend import add_bias, namespace, device_of, fused, tuning
+from ..backend import kernels_causal
 from ..backend.validate import check_array
 from .layers import sum_leading
 from .tssa_heads import (check_tssa_params, check_width, head_indicator, head_sums, per_coord,
@@ -118,9 +119,8 @@ def _exclusive(incl, xp, reverse: bool = False):
 # --------------------------------------------------------------------------------------------
 def causal_forward(x, w, params, h, p, xp):
     """Causal TSSA from w = x @ W_u + b_u (B, T, C) -> (y, cache)."""
-    fast = fused(xp)
-    if fast is not None:            # NumPy, up to one scan block of tokens, nothing clamped
-        out = fast.causal_tssa_forward(x, w, params, h)
+    if fused(xp) is not None:       # NumPy (tostnp.backend.kernels_causal); None: the lines below
+        out = kernels_causal.causal_tssa_forward(x, w, params, h)
         if out is not None:
             return out
     B, T, C = x.shape
@@ -174,9 +174,8 @@ def _clamp_S1(S1, clamped: bool, xp):
 
 
 def causal_backward(dy, cache, xp):
-    fast = fused(xp)
-    if fast is not None:            # (tostnp.backend.kernels_causal)
-        out = fast.causal_tssa_backward(dy, cache)
+    if fused(xp) is not None:       # NumPy (tostnp.backend.kernels_causal)
+        out = kernels_causal.causal_tssa_backward(dy, cache)
         if out is not None:
             return out
     params, h, p = cache["params"], cache["h"], cache["p"]
