@@ -116,7 +116,7 @@ def test_a_clamped_first_token_takes_the_plain_lines(monkeypatch, path):
     P, x, dy = _layer(4, 2, 8, 8, 2, bias=False)
     x[1, 0] = 0.0                                        # w = x W_u: row 0 of batch 1 is zero
     w = (x.reshape(-1, 8) @ P["W_u"]).reshape(x.shape)
-    assert kernels_causal.causal_tssa_forward(x, w, P, 2) is None
+    assert kernels_causal.causal_tssa_forward(x, w, P, 2, 1e-12, 1e-8) is None
     fast, plain = _run(P, x, dy, 2, path), _run(P, x, dy, 2, "plain")
     assert fast[3]["clamped"] and kernels_causal.causal_tssa_backward(dy, fast[3]) is None
     for a, b in zip(fast[:2], plain[:2]):
@@ -127,7 +127,7 @@ def test_numpy_kernels_leave_long_sequences_to_the_plain_lines(monkeypatch):
     monkeypatch.setattr(compiled, "_on", False)
     P, x, dy = _layer(5, 2, 70, 8, 2)
     w = (x.reshape(-1, 8) @ P["W_u"]).reshape(x.shape)
-    assert kernels_causal.causal_tssa_forward(x, w, P, 2) is None
+    assert kernels_causal.causal_tssa_forward(x, w, P, 2, 1e-12, 1e-8) is None
     _, cache = _run(P, x, dy, 2, "plain")[2:]
     assert kernels_causal.causal_tssa_backward(dy, cache) is None
 

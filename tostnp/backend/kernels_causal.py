@@ -1,22 +1,29 @@
-"""The NumPy fast path of the causal TSSA layer, forward and backward, for short sequences.
+"""The causal TSSA layer's fast path on NumPy, forward and backward: NumPy kernels for short
+sequences, and the compiled loops (:mod:`tostnp.backend.compiled`) for large layers.
 
 The plain lines (:func:`tostnp.nn.tssa_causal.causal_forward` and ``causal_backward``) are the
-specification; these compute the same quantities, with the same cache, for NumPy arrays of up
-to ``tuning.SCAN_WHOLE`` tokens (the default LM's 64), where every prefix or suffix sum is one
-product with a (T, T) triangular matrix. What they do beyond the plain lines:
+specification; these compute the same quantities, with the same cache. Which runs: from
+``tuning.CAUSAL_COMPILED_MIN`` numbers per layer call, where Numba is installed and on, the
+compiled loops (any length); else, for up to ``tuning.SCAN_WHOLE`` tokens (the default LM's 64),
+where every prefix or suffix sum is one product with a (T, T) triangle, the NumPy kernels; else
+the plain lines (the functions return None). What the NumPy kernels do beyond the plain lines:
 
 * **Constants folded into the scans.** The backward's suffix sums come out already scaled: the
-  triangle is scaled instead of the (B, T, C) array -- by 2 for ``2 G2`` and by -1, without its
-  diagonal, for the *exclusive* sum ``-G1`` (so no shifted copy, no sign pass, no doubling
-  pass). Powers of two and signs are exact, so the sums are the plain ones to float rounding.
-* **Fewer passes, in place.** The backward writes four (B, T, C) buffers and reuses them; the
-  plain lines write about a dozen arrays and read each several times. ``keep / S1`` is
+  triangle is scaled instead of the (B, T, C) array -- 2 on and above the diagonal gives
+  ``2 G2``; -1 strictly above it, applied to ``-2 g_S1``, gives the *exclusive* ``2 G1`` (so no
+  shifted copy, no sign pass, no doubling pass). Powers of two and signs are exact, so the sums
+  are the plain ones to float rounding.
+* **Fewer passes, in place, in pieces.** The chain runs on pieces of batch rows
+  (``tuning.CAUSAL_PIECE``) in three piece-sized buffers, between whole products; the backward
+  holds two (B, T, C) arrays where the plain lines write about a dozen. ``keep / S1`` is
   ``S1_{t-1} / S1_t^2``, a product with S1 shifted by one token (a view), not a shifted copy.
+  Per-head numbers reach the coordinates by a product with the head indicator, not by NumPy's
+  broadcast over p numbers at a time (several times slower per number).
 * **Direct NumPy calls**, no array-API wrappers in the chain.
 
-A clamped S1 (some ``w_0c`` with ``w_0c^2 <= 1e-12``: an exactly zero first token) and longer
-sequences go to the plain lines (the functions return None): they are rare and not a hot path.
-``tests/test_kernels_causal.py`` checks both against the plain lines in float64 and float32.
+A clamped S1 (some ``w_0c`` with ``w_0c^2 <= s1_eps``: an exactly zero first token) goes to the
+plain lines on every path. ``tests/test_kernels_causal.py`` checks both paths against the plain
+lines in float64 and float32; tests/test_tssa_causal.py runs its autograd checks on each.
 """
 from __future__ import annotations
 
@@ -30,9 +37,6 @@ from .kernels import _ones, head_indicator, softmax_heads
 
 __all__ = ["causal_tssa_forward", "causal_tssa_backward", "causal_fast_length"]
 
-S1_EPS = 1e-12      # the plain layer's clamp (tostnp.nn.tssa_heads.S1_EPS)
-PI_EPS = 1e-8       # (tostnp.nn.tssa_heads.PI_EPS)
-
 
 def causal_fast_length(T: int) -> bool:
     """Whether these kernels take a sequence of T tokens (one triangular block)."""
@@ -42,9 +46,9 @@ def causal_fast_length(T: int) -> bool:
 @functools.lru_cache(maxsize=64)
 def _triangle(T: int, dtype, kind: str) -> np.ndarray:
     """A read-only (T, T) matrix for the scans as products ``tri @ a`` over the token axis:
-    "prefix" (ones on and below the diagonal: row t sums tokens 0..t), "suffix2" (2 on and above
-    it: twice the sums over tokens t..T-1) or "strict_suffix_neg" (-1 above it: minus the sums
-    over tokens t+1..T-1, the exclusive suffix)."""
+    "prefix" (ones on and below the diagonal: row t sums tokens 0..t), "suffix" (ones on and
+    above it: tokens t..T-1), "suffix2" (2 there: twice those sums) or "strict_suffix_neg" (-1
+    above it: minus the sums over tokens t+1..T-1, the exclusive suffix)."""
     i = np.arange(T)
     if kind == "prefix":
         m = (i[:, None] >= i[None, :]).astype(dtype)
@@ -75,7 +79,7 @@ def _loops(B: int, T: int, C: int):
     return _compiled.loops()
 
 
-def causal_tssa_forward(x, w, params, h: int):
+def causal_tssa_forward(x, w, params, h: int, s1_eps: float, pi_eps: float):
     """The causal TSSA forward from w = x @ W_u + b_u (B, T, C) (cached, not written) ->
     (y, cache) as :func:`tostnp.nn.tssa_causal.causal_forward`; None where the plain lines must
     run (without the compiled loops: T above one block; either way: a clamped S1)."""
@@ -83,11 +87,11 @@ def causal_tssa_forward(x, w, params, h: int):
     p = C // h
     loops = _loops(B, T, C)
     if loops is not None:
-        return _forward_compiled(loops, x, w, params, h)
+        return _forward_compiled(loops, x, w, params, h, s1_eps, pi_eps)
     if not causal_fast_length(T):
         return None
     w0 = w[:, 0, :]
-    if bool((w0 * w0 <= S1_EPS).any()):     # S1 at the first token is w^2 there (or NaN)
+    if bool((w0 * w0 <= s1_eps).any()):     # S1 at the first token is w^2 there (or NaN)
         return None                         # the clamp bites: the plain lines
     dt = w.dtype
     pieces = _row_pieces(B, T, C)
@@ -124,7 +128,7 @@ def causal_tssa_forward(x, w, params, h: int):
         np.matmul(tri, Pip, out=nP)                                              # S3
         state["S2"][b0:b1] = rp[:, T - 1, :]
         state["S3"][b0:b1] = nP[:, T - 1, :]
-        nP += PI_EPS                                                             # n
+        nP += pi_eps                                                             # n
         np.matmul(nP.reshape(m, h), E, out=e.reshape(m, C))                      # n per coord
         rp += e                                                                  # n + S2
         np.divide(e, rp, out=rp)                                                 # r = n/(n+S2)
@@ -142,7 +146,7 @@ def _cache(x, w, params, h, S1, q, n_Pi, r, state, Pi):
             "decode_state": state, "Pi": np.swapaxes(Pi, 1, 2)}                  # (B, h, T)
 
 
-def _forward_compiled(loops, x, w, params, h: int):
+def _forward_compiled(loops, x, w, params, h: int, s1_eps: float, pi_eps: float):
     """:func:`causal_tssa_forward` with the statistics as one compiled loop over the tokens."""
     B, T, C = w.shape
     p = C // h
@@ -155,8 +159,8 @@ def _forward_compiled(loops, x, w, params, h: int):
     bias = np.ascontiguousarray(float(p) * params["denom_bias"][:, :T, 0].T)     # (T, h)
     temp = np.ascontiguousarray(params["temp"][:, 0])
     if not loops["causal_forward"](w, bias, temp, S1, q, Pi, n_Pi, r, v, state["S1"],
-                                   state["S2"], state["S3"], dt.type(S1_EPS),
-                                   dt.type(PI_EPS), dt.type(0)):
+                                   state["S2"], state["S3"], dt.type(s1_eps),
+                                   dt.type(pi_eps), dt.type(0)):
         return None                                       # the clamp bites: the plain lines
     y = (v.reshape(B * T, C) @ np.negative(params["W_o"])).reshape(B, T, C)     # v @ (-W_o)
     if "b_o" in params:

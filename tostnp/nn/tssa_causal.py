@@ -120,7 +120,7 @@ def _exclusive(incl, xp, reverse: bool = False):
 def causal_forward(x, w, params, h, p, xp):
     """Causal TSSA from w = x @ W_u + b_u (B, T, C) -> (y, cache)."""
     if fused(xp) is not None:       # NumPy (tostnp.backend.kernels_causal); None: the lines below
-        out = kernels_causal.causal_tssa_forward(x, w, params, h)
+        out = kernels_causal.causal_tssa_forward(x, w, params, h, S1_EPS, PI_EPS)
         if out is not None:
             return out
     B, T, C = x.shape
