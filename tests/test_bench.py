@@ -58,6 +58,14 @@ def test_every_section_has_positive_finite_numbers(quick_run):
             e = r["layers"][name][N]
             for key in ("fwd_s", "fwdbwd_s", "fwd_peak_bytes", "fwdbwd_peak_bytes"):
                 assert key in e, (name, N, key)
+    for N in ("32", "64"):                # the paired ratios are those of the samples
+        for name, v in r["paired"][N].items():
+            assert len(v["per_round"]) == 1 and v["median"] == v["min"] == v["max"] > 0
+        assert set(r["paired"][N]) == {"tssa_fwd_over_2mm", "tssa_fwdbwd_over_6mm"}
+        e, ref = r["layers"]["tssa"][N], r["reference_matmuls"][N]
+        assert r["paired"][N]["tssa_fwd_over_2mm"]["median"] == pytest.approx(
+            e["fwd_s"] / ref["fwd_2mm_s"])         # one round: the pair is the two medians
+    assert r["meta"]["cpu"]
     assert set(r["decode"]) == {"16", "32"}
     assert set(r["train"]) == {"vision:tiny-digits", "lm:tiny-char"}
     assert r["train"]["vision:tiny-digits"]["images_per_s"] > 0
@@ -88,6 +96,23 @@ def test_skips_sizes_over_the_memory_budget(tmp_path):
     for name in bench.LAYERS:
         assert "skipped" in r["layers"][name]["64"]
     assert r["train"] == {"skipped": "--no-train"}
+
+
+def test_paired_ratios_round_by_round():
+    """Each round's layer time over the same round's products time; median and range."""
+    times = {("layers", "tssa", "64", "fwd_s"): [3.0, 4.0, 10.0],
+             ("reference_matmuls", "64", "fwd_2mm_s"): [2.0, 2.0, 4.0],
+             ("layers", "tssa", "64", "fwdbwd_s"): [6.0, 6.0, 6.0],
+             ("reference_matmuls", "64", "fwdbwd_6mm_s"): [5.0, 4.0, 3.0]}
+    p = bench.paired_ratios(times, "64")
+    f, fb = p["tssa_fwd_over_2mm"], p["tssa_fwdbwd_over_6mm"]
+    assert f["per_round"] == [1.5, 2.0, 2.5] and f["median"] == 2.0
+    assert (f["min"], f["max"]) == (1.5, 2.5)
+    # the ratio of the medians (4 / 2 = 2.0 here too) is not what is paired: fwd+bwd's
+    # medians give 6 / 4 = 1.5, its rounds 1.2, 1.5, 2.0
+    assert fb["per_round"] == [1.2, 1.5, 2.0] and fb["median"] == 1.5
+    # a size where the layer was not measured (skipped) has no pair
+    assert bench.paired_ratios(times, "128") == {}
 
 
 def test_targets_pass_and_miss():

@@ -499,11 +499,14 @@ def test_tssa_statistics_in_pieces_match_plain(monkeypatch, tssa_kernels, B, N, 
                                         (x, params, h), dy)
     assert rel(yf, yp) < 1e-12 and rel(dxf, dxp) < 1e-12
     assert set(gf) == set(gp) and all(rel(gf[k], gp[k]) < 1e-12 for k in gp)
-    # the kernel's quantities, one by one, against the plain lines written out here
+    # the kernel's quantities, one by one, against the plain lines written out here; w goes
+    # in as the first C columns of a (B, N, C + 1) buffer, and [a | 1] comes out in it
     w = x @ params["W_u"]
     b_u = params.get("b_u")
-    S1, inv_S1, q, Pi, n_Pi, S2, a1 = kernels.tssa_statistics(
-        w.copy(), b_u, params["temp"], h, 1e-24, 1e-8, ones_column=True)
+    a1 = np.full((B, N, C + 1), np.nan)
+    a1[..., :C] = w
+    S1, inv_S1, q, Pi, n_Pi, S2 = kernels.tssa_statistics(
+        a1, b_u, params["temp"], h, 1e-24, 1e-8, ones_column=True)
     w = w + (b_u if bias else 0.0)
     sq = w * w
     p = C // h
@@ -513,8 +516,70 @@ def test_tssa_statistics_in_pieces_match_plain(monkeypatch, tssa_kernels, B, N, 
     PiE = np.repeat(Pi_want, p, axis=-1)
     assert rel(S1, sq.sum(1)) < 1e-13 and rel(q, q_want) < 1e-13 and rel(Pi, Pi_want) < 1e-13
     assert rel(n_Pi, Pi_want.sum(1) + 1e-8) < 1e-13 and rel(S2, (PiE * sq).sum(1)) < 1e-13
-    assert a1.shape == (B, N, C + 1) and np.all(a1[..., C] == 1.0)
+    assert np.all(a1[..., C] == 1.0)
     assert rel(a1[..., :C], w * PiE) < 1e-13
+    # without the ones column, a (B, N, C) buffer: a over w, the same numbers
+    a0 = x @ params["W_u"]
+    got = kernels.tssa_statistics(a0, b_u, params["temp"], h, 1e-24, 1e-8)
+    assert all(np.array_equal(u, v) for u, v in zip(got, (S1, inv_S1, q, Pi, n_Pi, S2)))
+    assert np.array_equal(a0, a1[..., :C])
+    # the layer's cache: w not kept (the backward above read it as a / Pi)
+    with backend.threads(1):
+        _, cache = tssa.tssa_forward(x, params, h)
+    assert cache["w"] is None and cache["a_buf"] is not None
+    assert np.shares_memory(cache["a"], cache["a_buf"])
+
+
+def test_w_recoverable_bounds():
+    """w = a / Pi only where every Pi is at least sqrt(the smallest subnormal): 2^-74.5 in
+    float32, 2^-537 in float64; a NaN says no; an empty Pi, yes."""
+    for dt, e in ((np.float32, -74.5), (np.float64, -537.0)):
+        tiny = dt(2.0 ** e)
+        assert kernels.w_recoverable(np.array([[0.5, tiny * dt(1.01)]], dt))
+        assert not kernels.w_recoverable(np.array([[0.5, tiny * dt(0.99)]], dt))
+        assert not kernels.w_recoverable(np.array([[0.5, 0.0]], dt))
+        assert not kernels.w_recoverable(np.array([[0.5, np.nan]], dt))
+        assert kernels.w_recoverable(np.zeros((2, 0, 3), dt))
+    # a / Pi at the bound: w back to within two roundings, in float32
+    w = np.array([3.0, -1e-3, 7.5e4], np.float32)
+    pi = np.float32(2.0 ** -74)
+    back = (w * pi) * (np.float32(1) / pi)
+    assert np.all(np.abs(back - w) <= 2 * np.finfo(np.float32).eps * np.abs(w))
+
+
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+def test_tssa_in_pieces_with_pi_too_small_for_w_from_a(monkeypatch, tssa_kernels, dtype):
+    """Heads so sharp that some Pi underflows (temp 5e4): w cannot be had back from
+    a = w Pi, so the forward computes it again (kernels.w_recoverable False), and the layer
+    matches the plain path forward and backward; with the fast path switched off between the
+    forward and the backward, the plain backward reads w as a / Pi where it can."""
+    from tostnp.nn import tssa
+    monkeypatch.setattr(tuning, "PIECES_MIN", 1)
+    monkeypatch.setattr(tuning, "TSSA_PIECE", 64)
+    rng = np.random.default_rng(7)
+    B, N, C, h = 2, 24, 12, 3
+    x, dy = rng.standard_normal((B, N, C)).astype(dtype), rng.standard_normal((B, N, C)).astype(dtype)
+    params = tssa.tssa_init(backend.RNG(3), np, C, h, dtype=dtype, std=0.5)
+    params["b_u"] = rng.standard_normal(C).astype(dtype)
+    params["temp"] = np.full((h, 1), 5e4, dtype)
+    tol = 1e-12 if dtype == np.float64 else 2e-4
+    _, cache = tssa.tssa_forward(x, params, h)
+    assert cache["in_pieces"] and cache["w"] is not None
+    assert np.min(cache["Pi"]) < 2.0 ** -74.5                       # (the case under test)
+    want_w = x @ params["W_u"] + params["b_u"]
+    assert rel(cache["w"], want_w) < (1e-15 if dtype == np.float64 else 1e-6)
+    (yf, dxf, gf), (yp, dxp, gp) = both(lambda *a: tssa.tssa_forward(*a), tssa.tssa_backward,
+                                        (x, params, h), dy)
+    assert rel(yf, yp) < tol and rel(dxf, dxp) < tol
+    assert all(rel(gf[k], gp[k]) < tol for k in gp)
+    # ordinary heads: w from a / Pi; a backward with the fast path off reads it the same way
+    params["temp"] = np.full((h, 1), 2.0, dtype)
+    y, cache = tssa.tssa_forward(x, params, h)
+    assert cache["w"] is None
+    dx_fast, g_fast = tssa.tssa_backward(dy, cache)
+    with plain():
+        dx_off, g_off = tssa.tssa_backward(dy, cache)
+    assert rel(dx_off, dx_fast) < tol and all(rel(g_off[k], g_fast[k]) < tol for k in g_fast)
 
 
 def test_tssa_backward_in_pieces_with_a_clamped_coordinate(monkeypatch, tssa_kernels):

@@ -124,10 +124,19 @@ def _define(numba) -> dict:
             tot += e
         return tot
 
+    @numba.njit(nogil=True, boundscheck=False, error_model="numpy", cache=False,
+                inline="always")
+    def w_scale(pi, from_a, one):
+        """What a token's a = w Pi of one head is multiplied by to give its w: 1 / Pi with
+        ``from_a`` (the forward wrote a over w; :func:`tostnp.backend.kernels.w_recoverable`
+        checked Pi), else 1 (w * 1 is w exactly). ``one``: 1 in the arrays' dtype."""
+        return one / pi if from_a else one
+
     @jit
     def forward_sums(w, b, has_b, S1):
-        """w (N, C) += b (in place, with has_b); S1 (C,) += sum_n w^2."""
-        N, C = w.shape
+        """w (N, C) += b (in place, with has_b); S1 (C,) += sum_n w^2. w may be the first C
+        columns of an (N, C + 1) buffer: its C is S1's."""
+        N, C = w.shape[0], S1.shape[0]
         for n in range(N):
             if has_b:
                 for c in range(C):
@@ -140,10 +149,11 @@ def _define(numba) -> dict:
                     S1[c] += v * v
 
     @jit
-    def forward_rest(w, inv_S1, temp, q, Pi, n_Pi, S2, a, ones_column, zero):
-        """q, Pi (N, h), n_Pi (h,) += sum_n Pi, S2 (C,) += sum_n Pi w^2, a (N, C[+1]) = w Pi
-        (and its last column 1 with ones_column), for one batch row."""
-        N, C = w.shape
+    def forward_rest(w, inv_S1, temp, q, Pi, n_Pi, S2, ones_column, zero):
+        """q, Pi (N, h), n_Pi (h,) += sum_n Pi, S2 (C,) += sum_n Pi w^2, and a = w Pi written
+        over w, in place: w is (N, C), or (N, C + 1) with ones_column, its last column then
+        set to 1 ([a | 1]); one batch row. Each token's w is read before its a is written."""
+        N, C = w.shape[0], inv_S1.shape[0]
         h = q.shape[1]
         p = C // h
         l = np.empty(h, np.float64)
@@ -165,17 +175,18 @@ def _define(numba) -> dict:
                 for i in range(p):
                     c = k * p + i
                     v = w[n, c]
-                    a[n, c] = v * pi
+                    w[n, c] = v * pi
                     S2[c] += pi * (v * v)
             if ones_column:
-                a[n, C] = 1
+                w[n, C] = 1
         for k in range(h):
             n_Pi[k] += nP[k]
 
     @jit
-    def backward_sums(w, g_a, Pi, q, temp, g_S2, g_n, g_q, gq_sq, g_temp, zero):
-        """g_q (N, h), gq_sq (C,) += sum_n g_q w^2 and g_temp (h,) += sum_n g_l q, one row."""
-        N, C = w.shape
+    def backward_sums(w, g_a, Pi, q, temp, g_S2, g_n, g_q, gq_sq, g_temp, zero, one, from_a):
+        """g_q (N, h), gq_sq (C,) += sum_n g_q w^2 and g_temp (h,) += sum_n g_l q, one row.
+        With from_a, ``w`` is a = w Pi (N, C[+1]) and w is a / Pi (:func:`w_scale`)."""
+        N, C = g_a.shape
         h = q.shape[1]
         p = C // h
         gP = np.empty(h, np.float64)
@@ -183,10 +194,11 @@ def _define(numba) -> dict:
         for n in range(N):
             s = 0.0
             for k in range(h):
+                f = w_scale(Pi[n, k], from_a, one)
                 acc = zero
                 for i in range(p):
                     c = k * p + i
-                    v = w[n, c]
+                    v = w[n, c] * f
                     acc += g_a[n, c] * v + (v * v) * g_S2[c]
                 gP[k] = acc + g_n[k]
                 s += Pi[n, k] * gP[k]
@@ -195,35 +207,38 @@ def _define(numba) -> dict:
                 gt[k] += gl * q[n, k]
                 g_q[n, k] = gl * temp[k]
                 gq = g_q[n, k]
+                f = w_scale(Pi[n, k], from_a, one)
                 for i in range(p):
                     c = k * p + i
-                    v = w[n, c]
+                    v = w[n, c] * f
                     gq_sq[c] += gq * (v * v)
         for k in range(h):
             g_temp[k] += gt[k]
 
     @jit
-    def backward_rest(w, g_a, Pi, g_q, g_S2, inv_S1, g_S1, g_b, has_b):
+    def backward_rest(w, g_a, Pi, g_q, g_S2, inv_S1, g_S1, g_b, has_b, one, from_a):
         """g_a (N, C) := 2 w (Pi g_S2 + g_q inv_S1 + g_S1) + g_a Pi, in place; g_b (C,) +=
-        sum_n of it with has_b."""
-        N, C = w.shape
+        sum_n of it with has_b. With from_a, ``w`` is a = w Pi (N, C[+1]), as in
+        backward_sums."""
+        N, C = g_a.shape
         h = Pi.shape[1]
         p = C // h
         for n in range(N):
             for k in range(h):
                 pi = Pi[n, k]
                 gq = g_q[n, k]
+                f = w_scale(pi, from_a, one)
                 if has_b:
                     for i in range(p):
                         c = k * p + i
-                        v = w[n, c]
+                        v = w[n, c] * f
                         gw = (v + v) * (pi * g_S2[c] + gq * inv_S1[c] + g_S1[c]) + g_a[n, c] * pi
                         g_a[n, c] = gw
                         g_b[c] += gw
                 else:
                     for i in range(p):
                         c = k * p + i
-                        v = w[n, c]
+                        v = w[n, c] * f
                         g_a[n, c] = (v + v) * (pi * g_S2[c] + gq * inv_S1[c] + g_S1[c]) \
                             + g_a[n, c] * pi
 

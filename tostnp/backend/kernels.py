@@ -484,10 +484,10 @@ def _add_head_token_sums(acc, e, t):
         acc[:, k * p:(k + 1) * p] += (eT[:, k:k + 1] @ t[:, :, k * p:(k + 1) * p])[:, 0]
 
 
-def tssa_statistics(w, b_u, temp, h: int, eps2: float, pi_eps: float, ones_column: bool = False):
-    """The non-causal TSSA forward from w = x @ W_u (B, N, C), its bias not yet added, to a:
-    the lines of :func:`tostnp.nn.tssa.full_forward` from ``sq = w * w`` to ``a = w Pi``,
-    with their names::
+def tssa_statistics(wa, b_u, temp, h: int, eps2: float, pi_eps: float, ones_column: bool = False):
+    """The non-causal TSSA forward from w = x @ W_u, its bias not yet added, to a: the lines of
+    :func:`tostnp.nn.tssa.full_forward` from ``sq = w * w`` to ``a = w Pi``, with their
+    names::
 
         w   += b_u                 (in place; b_u (C,) or None)
         S1   = sum_n w^2            inv_S1 = 1 / max(S1, eps2)                   (B, C)
@@ -495,9 +495,16 @@ def tssa_statistics(w, b_u, temp, h: int, eps2: float, pi_eps: float, ones_colum
         Pi   = softmax_k(temp_k q_nk)      n_Pi = sum_n Pi + pi_eps              (B, N, h), (B, h)
         S2_c = sum_n Pi_nk(c) w_nc^2       a = w Pi (per head)                   (B, C), (B, N, C)
 
-    Returns (S1, inv_S1, q, Pi, n_Pi, S2, a). With ``ones_column``, a is the first C columns
-    of a (B, N, C + 1) array whose last column is 1, returned instead: [a | 1] @ [W; b] is the
-    output projection with its bias added inside the product (:func:`output_weights_ones`).
+    ``wa``: (B, N, C) holding w, or with ``ones_column`` (B, N, C + 1) holding w in its first C
+    columns. a is written over w, in place, and with ``ones_column`` the last column is set to
+    1: [a | 1] @ [W; b] is the output projection with its bias added inside the matrix product
+    (:func:`output_weights_ones`). Returns (S1, inv_S1, q, Pi, n_Pi, S2). The backward needs w
+    again: it is a / Pi, where :func:`w_recoverable` says so.
+
+    Why in place: a written to an array of its own costs the memory traffic of a copy (each
+    line of a is read from memory before it is written) and a second (B, N, C) array; written
+    over w, into the lines just read, neither. The layer's forward at B 4, N 4096, C 384
+    (float32, 2 threads) took about 1-2.5 ms less of its 41-46 ms (docs/benchmarks.md).
 
     Two passes over w, the second needing S1 of every token: the first adds the bias and sums
     the squares, the second does the rest. Where the compiled kernels are on
@@ -507,34 +514,46 @@ def tssa_statistics(w, b_u, temp, h: int, eps2: float, pi_eps: float, ones_colum
     ten times and write two (B, N, C) temporaries.
     Runs on the calling thread (the layer's batch slices are already one per thread).
     """
-    B, N, C = w.shape
-    dt = w.dtype
+    B, N = wa.shape[:2]
+    C = wa.shape[2] - (1 if ones_column else 0)
+    dt = wa.dtype
     loops = _compiled.loops()
     S1 = np.zeros((B, C), dt)
     if loops is not None:
         bias = b_u if b_u is not None else np.zeros(C, dt)
         for b in range(B):
-            loops["forward_sums"](w[b], bias, b_u is not None, S1[b])
+            loops["forward_sums"](wa[b], bias, b_u is not None, S1[b])
     else:
-        _forward_sums_in_pieces(w, b_u, S1)
+        _forward_sums_in_pieces(wa[..., :C], b_u, S1)
     inv_S1 = np.maximum(S1, eps2)
     np.reciprocal(inv_S1, out=inv_S1)
     q = np.empty((B, N, h), dt)
     Pi = np.empty((B, N, h), dt)
     n_Pi = np.zeros((B, h), dt)
     S2 = np.zeros((B, C), dt)
-    a_buf = np.empty((B, N, C + 1 if ones_column else C), dt)    # returned: a, or [a | 1]
     if loops is not None:                                        # (writes the ones too)
         t = np.ascontiguousarray(temp.reshape(h), dtype=dt)
         for b in range(B):
-            loops["forward_rest"](w[b], inv_S1[b], t, q[b], Pi[b], n_Pi[b], S2[b], a_buf[b],
+            loops["forward_rest"](wa[b], inv_S1[b], t, q[b], Pi[b], n_Pi[b], S2[b],
                                   ones_column, dt.type(0))
     else:
         if ones_column:
-            a_buf[..., C] = 1.0
-        _forward_rest_in_pieces(w, inv_S1, temp, q, Pi, n_Pi, S2, a_buf[..., :C])
+            wa[..., C] = 1.0
+        _forward_rest_in_pieces(wa[..., :C], inv_S1, temp, q, Pi, n_Pi, S2)
     n_Pi += pi_eps
-    return S1, inv_S1, q, Pi, n_Pi, S2, a_buf
+    return S1, inv_S1, q, Pi, n_Pi, S2
+
+
+def w_recoverable(Pi) -> bool:
+    """Whether w can be had back from a = w Pi (written over it by :func:`tssa_statistics`) as
+    a / Pi: every Pi at least the square root of the dtype's smallest subnormal number (2^-74.5
+    in float32, 2^-537 in float64). Then a / Pi is w to within two roundings where a is a
+    normal number, and within 2^-74.5 (float64: 2^-537) of it where a underflowed. False for
+    a NaN in Pi (a NaN or an infinity in w): the layer then computes w again, exactly as the
+    forward did. A softmax over h heads is at least exp(-spread)/h, the spread of its logits
+    temp_k q_nk: Pi this small needs a spread above 50 in float32."""
+    tiny = math.sqrt(float(np.finfo(Pi.dtype).smallest_subnormal))
+    return bool(Pi.size == 0 or np.min(Pi) >= tiny)
 
 
 def _forward_sums_in_pieces(w, b_u, S1):
@@ -548,9 +567,9 @@ def _forward_sums_in_pieces(w, b_u, S1):
         S1[b0:b1] += np.einsum("bnc,bnc->bc", wi, wi)             # (nb, C)
 
 
-def _forward_rest_in_pieces(w, inv_S1, temp, q, Pi, n_Pi, S2, a):
+def _forward_rest_in_pieces(w, inv_S1, temp, q, Pi, n_Pi, S2):
     """:func:`tssa_statistics`'s second pass on NumPy: q, Pi, n_Pi (without pi_eps), S2 and
-    a = w Pi, in pieces of tokens."""
+    a = w Pi written over w, in pieces of tokens."""
     B, N, C = w.shape
     h = q.shape[-1]
     p = C // h
@@ -571,11 +590,12 @@ def _forward_rest_in_pieces(w, inv_S1, temp, q, Pi, n_Pi, S2, a):
         softmax_heads(e, m_buf[:nb * n].reshape(nb, n, 1))      # Pi
         n_Pi[b0:b1] += ones[:n] @ e
         _add_head_token_sums(S2[b0:b1], e, t)                    # S2
-        np.einsum("bnkp,bnk->bnkp", wi.reshape(nb, n, h, p), e,   # a = w Pi (einsum: 196
-                  out=a[b0:b1, lo:hi].reshape(nb, n, h, p))      # against 224 us broadcast)
+        wi4 = wi.reshape(nb, n, h, p)
+        np.multiply(wi4, e[..., None], out=wi4)                  # a = w Pi, over w
 
 
-def tssa_statistics_backward(w, g_a, Pi, q, temp, g_S2, g_n, inv_S1, active, b_u_grad: bool):
+def tssa_statistics_backward(w, g_a, Pi, q, temp, g_S2, g_n, inv_S1, active, b_u_grad: bool,
+                             a_buf=None):
     """The non-causal TSSA backward from g_a (the gradient of a = w Pi) to g_w, the lines of
     :func:`tostnp.nn.tssa._backward_middle`, with their names::
 
@@ -586,17 +606,22 @@ def tssa_statistics_backward(w, g_a, Pi, q, temp, g_S2, g_n, inv_S1, active, b_u
         g_w     = 2 w (Pi_nk(c) g_S2_c + g_q_nk(c) inv_S1_c + g_S1_c) + g_a Pi
 
     w, g_a: (B, N, C); Pi, q: (B, N, h); temp (h, 1); g_S2, inv_S1, active: (B, C); g_n (B, h).
-    Returns (g_w, g_temp, g_b_u): g_w is written into g_a's buffer (g_a is the caller's and
-    not needed after); g_b_u = the sum of g_w over (B, N) with ``b_u_grad``, else None.
+    ``w`` None: the forward wrote a = w Pi over w (:func:`tssa_statistics`), and ``a_buf``
+    (B, N, C[+1]) holds a in its first C columns; w is a / Pi, computed where it is read
+    (:func:`w_recoverable` was true). Returns (g_w, g_temp, g_b_u): g_w is written into g_a's
+    buffer (g_a is the caller's and not needed after); g_b_u = the sum of g_w over (B, N) with
+    ``b_u_grad``, else None.
 
     Two passes over w and g_a: the first, up to the sums gq_sq (which need every token), the
     second g_w. Compiled loops over tokens where they are on, else NumPy calls on pieces of
     tokens (w^2 and the factor of 2 w piece-sized temporaries). The plain lines sweep memory
     about eleven times and write three (B, N, C) arrays.
     """
-    B, N, C = w.shape
+    B, N, C = g_a.shape
     h = Pi.shape[-1]
-    dt = w.dtype
+    dt = g_a.dtype
+    from_a = w is None
+    src = a_buf if from_a else w                                 # what the passes read
     loops = _compiled.loops()
     g_q = np.empty((B, N, h), dt)
     gq_sq = np.zeros((B, C), dt)
@@ -604,10 +629,11 @@ def tssa_statistics_backward(w, g_a, Pi, q, temp, g_S2, g_n, inv_S1, active, b_u
     if loops is not None:
         t = np.ascontiguousarray(temp.reshape(h), dtype=dt)
         for b in range(B):
-            loops["backward_sums"](w[b], g_a[b], Pi[b], q[b], t, g_S2[b], g_n[b], g_q[b],
-                                   gq_sq[b], g_temp, dt.type(0))
+            loops["backward_sums"](src[b], g_a[b], Pi[b], q[b], t, g_S2[b], g_n[b], g_q[b],
+                                   gq_sq[b], g_temp, dt.type(0), dt.type(1), from_a)
     else:
-        _backward_sums_in_pieces(w, g_a, Pi, q, temp, g_S2, g_n, g_q, gq_sq, g_temp)
+        _backward_sums_in_pieces(src[..., :C], g_a, Pi, q, temp, g_S2, g_n, g_q, gq_sq, g_temp,
+                                 from_a)
     g_S1 = gq_sq
     g_S1 *= inv_S1
     g_S1 *= inv_S1
@@ -617,20 +643,36 @@ def tssa_statistics_backward(w, g_a, Pi, q, temp, g_S2, g_n, inv_S1, active, b_u
     if loops is not None:
         bias_grad = g_b if b_u_grad else np.zeros((B, C), dt)
         for b in range(B):
-            loops["backward_rest"](w[b], g_a[b], Pi[b], g_q[b], g_S2[b], inv_S1[b], g_S1[b],
-                                   bias_grad[b], b_u_grad)
+            loops["backward_rest"](src[b], g_a[b], Pi[b], g_q[b], g_S2[b], inv_S1[b], g_S1[b],
+                                   bias_grad[b], b_u_grad, dt.type(1), from_a)
     else:
-        _backward_rest_in_pieces(w, g_a, Pi, g_q, g_S2, inv_S1, g_S1, g_b)
+        _backward_rest_in_pieces(src[..., :C], g_a, Pi, g_q, g_S2, inv_S1, g_S1, g_b, from_a)
     return g_a, g_temp.reshape(h, 1), (None if g_b is None else g_b.sum(axis=0))
 
 
-def _backward_sums_in_pieces(w, g_a, Pi, q, temp, g_S2, g_n, g_q, gq_sq, g_temp):
-    """:func:`tssa_statistics_backward`'s first pass on NumPy: g_q, gq_sq and g_temp."""
+def _w_piece(src, Pi, from_a, buf):
+    """A piece of w for the NumPy backward: ``src`` itself, or with ``from_a`` (src then a piece
+    of a = w Pi) a / Pi per head, written into ``buf`` (piece-sized): a times 1 / Pi, as the
+    compiled loops compute it."""
+    if not from_a:
+        return src
+    nb, n, C = src.shape
+    h = Pi.shape[-1]
+    wi = buf[:src.size].reshape(src.shape)
+    np.multiply(src.reshape(nb, n, h, C // h), np.reciprocal(Pi)[..., None],
+                out=wi.reshape(nb, n, h, C // h))
+    return wi
+
+
+def _backward_sums_in_pieces(w, g_a, Pi, q, temp, g_S2, g_n, g_q, gq_sq, g_temp, from_a):
+    """:func:`tssa_statistics_backward`'s first pass on NumPy: g_q, gq_sq and g_temp. With
+    ``from_a``, ``w`` is a = w Pi (:func:`_w_piece`)."""
     B, N, C = w.shape
     h = Pi.shape[-1]
     p = C // h
     dt = w.dtype
     pieces, biggest, t_buf = _piece_plan(w)                      # t_buf: w^2 of a piece
+    w_buf = np.empty(biggest * C, dt) if from_a else None        # w of a piece, from a
     s_buf = np.empty(biggest * h, dt)                            # a per-token, per-head temporary
     m_buf = np.empty(biggest, dt)                                # a per-token sum
     ones = _ones(max(h, biggest), dt)
@@ -638,7 +680,8 @@ def _backward_sums_in_pieces(w, g_a, Pi, q, temp, g_S2, g_n, g_q, gq_sq, g_temp)
     temp_r = temp.reshape(1, 1, h)
     g_n_r = g_n.reshape(B, 1, h)
     for b0, b1, lo, hi in pieces:
-        wi, gi = w[b0:b1, lo:hi], g_a[b0:b1, lo:hi]
+        wi = _w_piece(w[b0:b1, lo:hi], Pi[b0:b1, lo:hi], from_a, w_buf)
+        gi = g_a[b0:b1, lo:hi]
         nb, n = wi.shape[0], wi.shape[1]
         t = t_buf[:wi.size].reshape(wi.shape)
         np.multiply(wi, wi, out=t)                               # sq
@@ -660,14 +703,16 @@ def _backward_sums_in_pieces(w, g_a, Pi, q, temp, g_S2, g_n, g_q, gq_sq, g_temp)
         _add_head_token_sums(gq_sq[b0:b1], gP, t)                # gq_sq
 
 
-def _backward_rest_in_pieces(w, g_a, Pi, g_q, g_S2, inv_S1, g_S1, g_b):
+def _backward_rest_in_pieces(w, g_a, Pi, g_q, g_S2, inv_S1, g_S1, g_b, from_a):
     """:func:`tssa_statistics_backward`'s second pass on NumPy: g_w into g_a's buffer, and
-    g_b (B, C) += its sum over tokens when g_b is not None."""
+    g_b (B, C) += its sum over tokens when g_b is not None. With ``from_a``, ``w`` is
+    a = w Pi (:func:`_w_piece`)."""
     B, N, C = w.shape
     h = Pi.shape[-1]
     p = C // h
     dt = w.dtype
     pieces, biggest, t_buf = _piece_plan(w)                      # t_buf: 2 w g_sq of a piece
+    w_buf = np.empty(biggest * C, dt) if from_a else None        # w of a piece, from a
     ones = _ones(biggest, dt)
     # 2 g_sq_nc = [Pi | g_q | 1]_n @ [E^T 2 g_S2; E^T 2 inv_S1; 2 g_S1]_c: one product of inner
     # size 2h + 1 per piece (the plain lines' matmul)
@@ -679,7 +724,8 @@ def _backward_rest_in_pieces(w, g_a, Pi, g_q, g_S2, inv_S1, g_S1, g_b):
     coord *= 2.0
     tok_buf = np.empty(biggest * (2 * h + 1), dt)
     for b0, b1, lo, hi in pieces:
-        wi, gi = w[b0:b1, lo:hi], g_a[b0:b1, lo:hi]
+        wi = _w_piece(w[b0:b1, lo:hi], Pi[b0:b1, lo:hi], from_a, w_buf)
+        gi = g_a[b0:b1, lo:hi]
         nb, n = wi.shape[0], wi.shape[1]
         tok = tok_buf[:nb * n * (2 * h + 1)].reshape(nb, n, 2 * h + 1)
         tok[..., :h] = Pi[b0:b1, lo:hi]

@@ -18,6 +18,8 @@
 
 Timing: warm-up, then the median of ``--repeats`` runs; the runs are interleaved in rounds
 (each measurement once per round), so a change of load during the run hits every size alike.
+The TSSA layer's time over its products' time is also given round by round ("paired": the two
+measured moments apart, :func:`paired_ratios`), with its median and range.
 Peak memory: a separate run under ``tracemalloc`` (NumPy reports its buffers to it) on CPU, or
 the bytes the CuPy memory pool holds after a run that started from an empty pool on GPU; both
 count what the call allocates, not its inputs. Writes ``bench_<device>.json`` and log-log plots
@@ -29,8 +31,8 @@ from __future__ import annotations
 
 from .. import backend  # noqa: F401  (tests replace backend.gpu_available through here)
 from .measure import (DEFAULT_SIZES, DEFAULT_CONTEXTS, LAYERS, LABELS, run_benchmark,
-                      estimate_bytes)
+                      paired_ratios, estimate_bytes)
 from .report import evaluate_targets, format_report, write_plots
 
 __all__ = ["run_benchmark", "evaluate_targets", "format_report", "write_plots", "LAYERS",
-           "LABELS", "DEFAULT_SIZES", "DEFAULT_CONTEXTS", "estimate_bytes"]
+           "LABELS", "DEFAULT_SIZES", "DEFAULT_CONTEXTS", "estimate_bytes", "paired_ratios"]

@@ -47,6 +47,11 @@ def _cpuinfo() -> tuple:
     return model, {"GenuineIntel": "Intel", "AuthenticAMD": "AMD"}.get(vendor, vendor)
 
 
+def cpu_model() -> str:
+    """The CPU's model name ("Intel(R) Xeon(R) Processor", "AMD EPYC 7B13", ...)."""
+    return _cpuinfo()[0]
+
+
 def machine_info() -> dict:
     """What a benchmark JSON records about the machine (every field measured here and now)."""
     import numpy as np

@@ -15,12 +15,12 @@ import numpy as np
 
 from .. import backend
 from ..backend.budget import memory_budget
-from .machine import loadavg as _loadavg
+from .machine import cpu_model, loadavg as _loadavg
 from ..backend.compiled import describe as compiled_status
 from .peaks import traced_peak_bytes
 
 __all__ = ["DEFAULT_SIZES", "DEFAULT_CONTEXTS", "LAYERS", "LABELS", "run_benchmark",
-           "estimate_bytes"]
+           "paired_ratios", "estimate_bytes"]
 
 DEFAULT_SIZES = [256, 512, 1024, 2048, 4096, 8192, 16384]
 DEFAULT_CONTEXTS = [256, 512, 1024, 2048, 4096, 8192]
@@ -273,6 +273,7 @@ def run_benchmark(s: dict, progress: bool = True) -> dict:
             if rnd >= s["warmup"]:
                 times[k].append(t)
             bar.update(1)
+    paired = {str(N): paired_ratios(times, str(N)) for N in s["sizes"]}
     for k, ts in times.items():
         med = statistics.median(ts)
         if k[0] == "reference_matmuls":
@@ -304,10 +305,36 @@ def run_benchmark(s: dict, progress: bool = True) -> dict:
         "meta": _meta(s, load_before),
         "reference_matmuls": reference,
         "layers": layers,
+        "paired": paired,
         "decode": decode,
         "train": train if s["train"] else {"skipped": "--no-train"},
     }
     return result
+
+
+# (ratio's name, the layer task, the reference task): each the TSSA layer over its own products
+PAIRS = (("tssa_fwd_over_2mm", ("tssa", "fwd_s"), "fwd_2mm_s"),
+         ("tssa_fwdbwd_over_6mm", ("tssa", "fwdbwd_s"), "fwdbwd_6mm_s"))
+
+
+def paired_ratios(times: dict, N: str) -> dict:
+    """The TSSA layer's time over its matrix products' time, round by round, at size N.
+
+    ``times``: {task key: [seconds of each timed round]} as :func:`run_benchmark` collects
+    them. A round runs the layer and the plain products within moments of each other, so the
+    ratio of one round's two times does not move with the machine's speed from one round to
+    the next, as the ratio of the two medians may. Returns {name: {"per_round": [...],
+    "median", "min", "max"}} for each pair of :data:`PAIRS` that was measured at N."""
+    out = {}
+    for name, (layer, field), ref_field in PAIRS:
+        a = times.get(("layers", layer, N, field))
+        b = times.get(("reference_matmuls", N, ref_field))
+        if not a or not b:
+            continue
+        r = [x / y for x, y in zip(a, b)]
+        out[name] = {"per_round": r, "median": statistics.median(r), "min": min(r),
+                     "max": max(r)}
+    return out
 
 
 def _meta(s, load_before) -> dict:
@@ -325,12 +352,14 @@ def _meta(s, load_before) -> dict:
         "warmup": s["warmup"], "contexts": s["contexts"], "decode_steps": s["decode_steps"],
         "max_mem_gb": s["max_mem_gb"], "quick": s["quick"],
         "machine": f"{platform.machine()}, {os.cpu_count()} CPUs, {platform.system()}",
+        "cpu": cpu_model(),
         "python": platform.python_version(), "numpy": np.__version__, "blas": blas,
         "env_OPENBLAS_CORETYPE": os.environ.get("OPENBLAS_CORETYPE"),
         "compiled_kernels": compiled_status(),
         "loadavg_before": load_before, "loadavg_after": _loadavg(),
         "timing": ("median over --repeats rounds after --warmup rounds; each round runs every "
-                   "measurement once (order reversed every other round)"),
+                   "measurement once (order reversed every other round); 'paired': the TSSA "
+                   "layer's time over its products' time in the same round, per round"),
         "peak_memory": ("tracemalloc high-water mark of the call minus what was allocated "
                         "before it" if s["device"] == "cpu" else
                         "CuPy memory pool bytes after the call, starting from an empty pool"),

@@ -60,6 +60,10 @@ def evaluate_targets(result: dict) -> list:
     ]
 
 
+_PAIRED_LABELS = {"tssa_fwd_over_2mm": "forward / its 2 matmuls",
+                  "tssa_fwdbwd_over_6mm": "fwd+bwd / its 6 matmuls"}
+
+
 def _fmt_t(v):
     if v is None:
         return "-"
@@ -101,6 +105,13 @@ def format_report(result: dict) -> str:
                     else f"{e['tokens_per_s']:.0f} tokens/s")
             lines.append(f"  {k:<20} batch {e['batch']:>3}: {e['step_s'] * 1e3:8.1f} ms/step, "
                          f"{rate}")
+    paired = [(N, name, v) for N, d in result.get("paired", {}).items() for name, v in d.items()]
+    if paired:
+        lines += ["", "the TSSA layer over its matrix products, paired round by round "
+                      "(median, range):"]
+        for N, name, v in paired:
+            lines.append(f"  N={N:>6} {_PAIRED_LABELS.get(name, name)}: {v['median']:.2f} "
+                         f"({v['min']:.2f}-{v['max']:.2f}) over {len(v['per_round'])} rounds")
     lines += ["", "targets:"]
     for t in result["targets"]:
         v = "-" if t["value"] is None else f"{t['value']:.2f}"
