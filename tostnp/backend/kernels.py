@@ -431,15 +431,20 @@ def head_indicator(C: int, h: int, dtype) -> np.ndarray:
 
 def softmax_heads(e, mx):
     """Softmax over the last (head) axis of e (..., h), in place; ``mx`` (..., 1): a buffer. The
-    maximum as h - 1 elementwise maxima of columns (NumPy reduces a short last axis element by
-    element), the sum as a matrix-vector product with ones."""
+    maximum and the sum as h - 1 elementwise ops on columns, head after head (NumPy reduces a
+    short last axis element by element): the plain lines' order
+    (:func:`tostnp.nn.tssa_heads.head_reduce`), so Pi is theirs bit for bit. (A product with
+    ones, for the sum, rounds differently: it moved the published LM's float64 logits by
+    2e-16.)"""
     h = e.shape[-1]
     mx[...] = e[..., 0:1]
     for k in range(1, h):
         np.maximum(mx, e[..., k:k + 1], out=mx)
     e -= mx
     np.exp(e, out=e)
-    np.matmul(e, _ones(h, e.dtype), out=mx[..., 0])
+    mx[...] = e[..., 0:1]
+    for k in range(1, h):
+        mx += e[..., k:k + 1]
     e /= mx
     return e
 
