@@ -489,47 +489,51 @@ def _add_head_token_sums(acc, e, t):
         acc[:, k * p:(k + 1) * p] += (eT[:, k:k + 1] @ t[:, :, k * p:(k + 1) * p])[:, 0]
 
 
-def tssa_statistics(wa, b_u, temp, h: int, eps2: float, pi_eps: float, ones_column: bool = False):
-    """The non-causal TSSA forward from w = x @ W_u, its bias not yet added, to a: the lines of
-    :func:`tostnp.nn.tssa.full_forward` from ``sq = w * w`` to ``a = w Pi``, with their
+def tssa_statistics(x, W_u, b_u, temp, h: int, eps2: float, pi_eps: float,
+                    ones_column: bool = False):
+    """The non-causal TSSA forward from x (B, N, C) to a: the lines of
+    :func:`tostnp.nn.tssa.full_forward` from ``w = x @ W_u + b_u`` to ``a = w Pi``, with their
     names::
 
-        w   += b_u                 (in place; b_u (C,) or None)
+        w    = x @ W_u + b_u       (the bias added in the first pass; b_u (C,) or None)
         S1   = sum_n w^2            inv_S1 = 1 / max(S1, eps2)                   (B, C)
         q_nk = sum_{c in k} w_nc^2 inv_S1_c                                      (B, N, h)
         Pi   = softmax_k(temp_k q_nk)      n_Pi = sum_n Pi + pi_eps              (B, N, h), (B, h)
         S2_c = sum_n Pi_nk(c) w_nc^2       a = w Pi (per head)                   (B, C), (B, N, C)
 
-    ``wa``: (B, N, C) holding w, or with ``ones_column`` (B, N, C + 1) holding w in its first C
-    columns. a is written over w, in place, and with ``ones_column`` the last column is set to
-    1: [a | 1] @ [W; b] is the output projection with its bias added inside the matrix product
-    (:func:`output_weights_ones`). Returns (S1, inv_S1, q, Pi, n_Pi, S2). The backward needs w
-    again: it is a / Pi, where :func:`w_recoverable` says so.
-
-    Why in place: a written to an array of its own costs the memory traffic of a copy (each
-    line of a is read from memory before it is written) and a second (B, N, C) array; written
-    over w, into the lines just read, neither. The layer's forward at B 4, N 4096, C 384
-    (float32, 2 threads) took about 1-2.5 ms less of its 41-46 ms (docs/benchmarks.md).
+    Returns (w, a_buf, S1, inv_S1, q, Pi, n_Pi, S2): a is ``a_buf[..., :C]``; with
+    ``ones_column`` a_buf is (B, N, C + 1), its last column 1: [a | 1] @ [W; b] is the output
+    projection with its bias added inside the matrix product (:func:`output_weights_ones`).
 
     Two passes over w, the second needing S1 of every token: the first adds the bias and sums
     the squares, the second does the rest. Where the compiled kernels are on
     (:func:`tostnp.backend.compiled.loops`) each pass is one compiled loop over the tokens of
-    a batch row; else NumPy calls on pieces of tokens that sit in the core's cache
-    (:func:`_token_pieces`), w^2 a piece-sized temporary. The plain lines sweep memory about
-    ten times and write two (B, N, C) temporaries.
-    Runs on the calling thread (the layer's batch slices are already one per thread).
+    a batch row, and the second writes a over w, in place: w = x @ W_u goes straight into
+    a_buf, and w comes back None. An a of its own costs the memory traffic of a copy (each of
+    its lines is read from memory before it is written) and a second (B, N, C) array; over w,
+    into the lines just read, neither: the layer's forward at B 4, N 4096, C 384 (float32, 2
+    threads) took 46.0 against 47.7 ms (docs/benchmarks.md). The backward reads w as a / Pi
+    where :func:`w_recoverable` says it may; where not, w is computed again here (the same
+    product and bias add) and returned. Else NumPy calls on pieces of tokens that sit in the
+    core's cache (:func:`_token_pieces`), w^2 a piece-sized temporary, and a written apart from
+    w (in place, the NumPy passes were slower: w as a strided view, and w read back as a / Pi
+    in every backward pass). The plain lines sweep memory about ten times and write two
+    (B, N, C) temporaries. Runs on the calling thread (the layer's batch slices are already one
+    per thread).
     """
-    B, N = wa.shape[:2]
-    C = wa.shape[2] - (1 if ones_column else 0)
-    dt = wa.dtype
+    B, N, C = x.shape
+    dt = x.dtype
     loops = _compiled.loops()
+    a_buf = np.empty((B, N, C + 1 if ones_column else C), dt)   # returned: a, or [a | 1]
+    w = a_buf if loops is not None else np.empty((B, N, C), dt)  # w's buffer
+    _project(x, W_u, w)
     S1 = np.zeros((B, C), dt)
     if loops is not None:
         bias = b_u if b_u is not None else np.zeros(C, dt)
         for b in range(B):
-            loops["forward_sums"](wa[b], bias, b_u is not None, S1[b])
+            loops["forward_sums"](w[b], bias, b_u is not None, S1[b])
     else:
-        _forward_sums_in_pieces(wa[..., :C], b_u, S1)
+        _forward_sums_in_pieces(w, b_u, S1)
     inv_S1 = np.maximum(S1, eps2)
     np.reciprocal(inv_S1, out=inv_S1)
     q = np.empty((B, N, h), dt)
@@ -539,14 +543,27 @@ def tssa_statistics(wa, b_u, temp, h: int, eps2: float, pi_eps: float, ones_colu
     if loops is not None:                                        # (writes the ones too)
         t = np.ascontiguousarray(temp.reshape(h), dtype=dt)
         for b in range(B):
-            loops["forward_rest"](wa[b], inv_S1[b], t, q[b], Pi[b], n_Pi[b], S2[b],
+            loops["forward_rest"](a_buf[b], inv_S1[b], t, q[b], Pi[b], n_Pi[b], S2[b],
                                   ones_column, dt.type(0))
+        w = None if w_recoverable(Pi) else _project(x, W_u, np.empty((B, N, C), dt), b_u)
     else:
         if ones_column:
-            wa[..., C] = 1.0
-        _forward_rest_in_pieces(wa[..., :C], inv_S1, temp, q, Pi, n_Pi, S2)
+            a_buf[..., C] = 1.0
+        _forward_rest_in_pieces(w, inv_S1, temp, q, Pi, n_Pi, S2, a_buf[..., :C])
     n_Pi += pi_eps
-    return S1, inv_S1, q, Pi, n_Pi, S2
+    return w, a_buf, S1, inv_S1, q, Pi, n_Pi, S2
+
+
+def _project(x, W, out, b=None):
+    """out[..., :C] = x @ W (+ b) for x (B, N, C), W (C, C), ``out`` a C-contiguous (B, N, L)
+    array, L >= C (an [a | 1] buffer): one product of B*N rows, written into out's first C
+    columns (BLAS takes the row stride L). Returns out."""
+    B, N, C = x.shape
+    rows = out.reshape(B * N, out.shape[-1])[:, :C]             # a view: out is C-contiguous
+    np.matmul(x.reshape(B * N, C), W, out=rows)
+    if b is not None:
+        add_rows(out, b)
+    return out
 
 
 def w_recoverable(Pi) -> bool:
@@ -572,9 +589,9 @@ def _forward_sums_in_pieces(w, b_u, S1):
         S1[b0:b1] += np.einsum("bnc,bnc->bc", wi, wi)             # (nb, C)
 
 
-def _forward_rest_in_pieces(w, inv_S1, temp, q, Pi, n_Pi, S2):
+def _forward_rest_in_pieces(w, inv_S1, temp, q, Pi, n_Pi, S2, a):
     """:func:`tssa_statistics`'s second pass on NumPy: q, Pi, n_Pi (without pi_eps), S2 and
-    a = w Pi written over w, in pieces of tokens."""
+    a = w Pi, in pieces of tokens."""
     B, N, C = w.shape
     h = q.shape[-1]
     p = C // h
@@ -595,8 +612,8 @@ def _forward_rest_in_pieces(w, inv_S1, temp, q, Pi, n_Pi, S2):
         softmax_heads(e, m_buf[:nb * n].reshape(nb, n, 1))      # Pi
         n_Pi[b0:b1] += ones[:n] @ e
         _add_head_token_sums(S2[b0:b1], e, t)                    # S2
-        wi4 = wi.reshape(nb, n, h, p)
-        np.multiply(wi4, e[..., None], out=wi4)                  # a = w Pi, over w
+        np.einsum("bnkp,bnk->bnkp", wi.reshape(nb, n, h, p), e,   # a = w Pi (einsum: 196
+                  out=a[b0:b1, lo:hi].reshape(nb, n, h, p))      # against 224 us broadcast)
 
 
 def tssa_statistics_backward(w, g_a, Pi, q, temp, g_S2, g_n, inv_S1, active, b_u_grad: bool,

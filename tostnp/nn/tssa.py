@@ -130,24 +130,20 @@ def full_forward(x, params, h, p, xp, out=None):
     dt, dev = x.dtype, device_of(x)
     Et = xp.matrix_transpose(head_indicator(xp, C, h, dt, dev))                  # (h, C)
     fast = fused(xp)
-    a1 = wa = None
+    a1 = a_buf = None
     in_pieces = fast is not None and fast.tssa_in_pieces(B, N, C)
     if in_pieces:
-        # the same lines, from w^2 to a = w Pi, in pieces of tokens that stay in cache
-        # (tostnp.backend.kernels.tssa_statistics); w's bias is added there, and a is written
-        # over w. For long sequences w = x @ W_u goes into a (B, N, C + 1) buffer, so that a
-        # comes as [a | 1] and y's bias is added inside its product
-        # (kernels.output_weights_ones)
+        # the same lines, from w = x @ W_u + b_u to a = w Pi, in pieces of tokens that stay in
+        # cache or as compiled loops over tokens (tostnp.backend.kernels.tssa_statistics). For
+        # long sequences a comes as [a | 1], so that y's bias is added inside its product
+        # (kernels.output_weights_ones). w None: a was written over w, and the backward reads
+        # w as a / Pi
         ones = N >= C and "b_o" in params
-        wa = xp.empty((B, N, C + 1 if ones else C), dtype=dt)
-        fast.matmul_into(x, params["W_u"], wa[..., :C])            # eq-layer-w (bias: below)
-        S1, inv_S1, q, Pi, n_Pi, S2 = fast.tssa_statistics(
-            wa, params.get("b_u"), params["temp"], h, NORM_EPS2, PI_EPS, ones_column=ones)
-        a = wa[..., :C]                                                          # a view
-        a1 = wa if ones else None
-        # the backward reads w as a / Pi (kernels.w_recoverable); where some Pi is too small
-        # for that, w is computed again, by the same product and bias add
-        w = None if fast.w_recoverable(Pi) else _project_in_again(x, params, xp, fast)
+        w, a_buf, S1, inv_S1, q, Pi, n_Pi, S2 = fast.tssa_statistics(
+            x, params["W_u"], params.get("b_u"), params["temp"], h, NORM_EPS2, PI_EPS,
+            ones_column=ones)
+        a = a_buf[..., :C]                                                       # a view
+        a1 = a_buf if ones else None
     else:
         w = project_in(x, params, xp)                             # (B, N, C)  eq-layer-w
         temp = xp.reshape(params["temp"], (1, 1, h))                             # (1, 1, h)
@@ -190,18 +186,11 @@ def full_forward(x, params, h, p, xp, out=None):
     if "b_o" in params and a1 is None:
         add_bias(xp, y, params["b_o"])
     cache = {"causal": False, "x": x, "params": params, "h": h, "p": p,
-             "w": w, "a_buf": wa, "S1": S1, "inv_S1": inv_S1, "q": q, "n_Pi": n_Pi,
+             "w": w, "a_buf": a_buf, "S1": S1, "inv_S1": inv_S1, "q": q, "n_Pi": n_Pi,
              "m": m, "r": r, "a": a, "W_eff": W_eff, "out": a_r,
              "in_pieces": in_pieces,                       # the backward's middle in pieces too
              "Pi": xp.permute_dims(Pi, (0, 2, 1))}                               # (B, h, N)
     return y, cache
-
-
-def _project_in_again(x, params, xp, fast):
-    """w = x @ W_u + b_u (B, N, C) on the NumPy fast path, as :func:`full_forward` computed it
-    before writing a over it: the same batched product, then the bias added."""
-    w = fast.matmul_into(x, params["W_u"], xp.empty(x.shape, dtype=x.dtype))
-    return fast.add_rows(w, params["b_u"]) if "b_u" in params else w
 
 
 def full_backward(dy, cache, xp, out=None):
