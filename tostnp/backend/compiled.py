@@ -5,9 +5,10 @@ The NumPy kernels of :mod:`tostnp.backend.kernels` run each line of the layer on
 tokens; every line is a NumPy call that reads its piece again, and the chain from ``w^2`` to
 ``a = w Pi`` sweeps a piece six times. Here one loop over tokens does the whole chain on a
 token's row of C numbers while it sits in the first-level cache: the forward reads w twice
-(the bias and S1, then the rest) and writes a once; the backward reads w and g_a twice and
-writes g_w once. That is the least memory traffic the lines allow: S1 (and in the backward
-gq_sq) is a sum over every token that the second loop needs.
+(the bias and S1, then the rest) and writes a once, over w (the backward reads w back as
+a / Pi); the backward reads w (or a) and g_a twice and writes g_w once. That is the least
+memory traffic the lines allow: S1 (and in the backward gq_sq) is a sum over every token that
+the second loop needs.
 
 The causal layer is a loop over tokens by nature: its prefix sums (S1, S2, S3) are running
 sums in the forward, its suffix sums (G2, of g_n, the exclusive G1) running sums in a backward

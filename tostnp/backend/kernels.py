@@ -512,7 +512,8 @@ def tssa_statistics(x, W_u, b_u, temp, h: int, eps2: float, pi_eps: float,
     a_buf, and w comes back None. An a of its own costs the memory traffic of a copy (each of
     its lines is read from memory before it is written) and a second (B, N, C) array; over w,
     into the lines just read, neither: the layer's forward at B 4, N 4096, C 384 (float32, 2
-    threads) took 46.0 against 47.7 ms (docs/benchmarks.md). The backward reads w as a / Pi
+    threads, Intel Xeon) went from 1.15-1.17x its two products to 1.08-1.17x, its peak memory
+    from 75.5 to 51.5 MiB (docs/benchmarks.md, *a over w*). The backward reads w as a / Pi
     where :func:`w_recoverable` says it may; where not, w is computed again here (the same
     product and bias add) and returned. Else NumPy calls on pieces of tokens that sit in the
     core's cache (:func:`_token_pieces`), w^2 a piece-sized temporary, and a written apart from
