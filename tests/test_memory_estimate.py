@@ -1,7 +1,12 @@
 """The memory estimate (tostnp/models/memory.py) against the measured peak of real training, for
-every token mixer: the activations of a batch (peak RSS of a batch of 16 minus that of a batch
-of 1, each a fresh process) within 10% of the estimate's difference for the same two batches.
-Measured, so independent of the formula; a mixer whose estimate drifts fails here."""
+every token mixer: the activations of 8 more samples (peak RSS of a batch of 16 minus that of
+a batch of 8, each a fresh process) within 10% of the estimate's difference for the same two
+batches. Measured, so independent of the formula; a mixer whose estimate drifts fails here.
+
+Not against a batch of 1: its peak RSS is the process's start (imports, building the model),
+above what one sample's training adds, so 16 - 1 counted too little -- less still under
+Python 3.13, whose start costs about 8 MB more (the estimate/measured ratio 1.07 under 3.11,
+1.11 under 3.13, for the same code). From 8 samples on, the peak is training's."""
 from __future__ import annotations
 
 import os
@@ -45,8 +50,8 @@ def _peak(tmp_path, mixer, batch) -> int:
 
 @pytest.mark.parametrize("mixer", ["tssa", "softmax", "linear", "flash"])
 def test_estimate_within_10_percent_of_measured(tmp_path, mixer):
-    measured = _peak(tmp_path, mixer, 16) - _peak(tmp_path, mixer, 1)
+    measured = _peak(tmp_path, mixer, 16) - _peak(tmp_path, mixer, 8)
     cfg = LMConfig(vocab_size=30, block_size=T, width=W, depth=D, num_heads=H, mixer=mixer)
     est = (estimate_bytes("lm", cfg, 16, training=True)
-           - estimate_bytes("lm", cfg, 1, training=True))
+           - estimate_bytes("lm", cfg, 8, training=True))
     assert abs(est / measured - 1) <= 0.10, (mixer, est / 1e6, measured / 1e6)
