@@ -298,3 +298,22 @@ def test_evaluation_cut_short_by_a_signal_is_made_on_resume(tmp_path):
     train(task(), tcfg, out, resume=True, progress=False, plot=False)
     assert _metrics(out) == _metrics(ref)
     assert [r["step"] for r in _metrics(out) if r["kind"] == "eval"] == [5, 10]
+
+
+def test_exit_with_a_pool_thread_the_exit_hook_does_not_know():
+    """What hung one attempt of the test above (it never exited after its SIGINT): a signal
+    whose handler raises can land in the fast path's first ``submit`` between a worker thread's
+    start and its registration with ThreadPoolExecutor's exit hook; Python's exit then waits
+    for that thread forever. The command line closes the pool on its way out
+    (kernels.close_pool). Here the registration is undone by hand, deterministically, and a
+    command must still exit."""
+    code = ("import concurrent.futures.thread as cft\n"
+            "from tostnp.backend import kernels\n"
+            "kernels.set_threads(2)\n"
+            "kernels.on_threads([lambda: 1, lambda: 2])\n"
+            "cft._threads_queues.clear()\n"
+            "from tostnp.__main__ import main\n"
+            "raise SystemExit(main(['bench', '--quick', '--width', '25', '--heads', '2']))\n")
+    r = subprocess.run([sys.executable, "-c", code], env=_env(), capture_output=True, text=True,
+                       timeout=120)
+    assert r.returncode == 2 and "error: --heads" in r.stderr, r.stderr[-2000:]

@@ -89,6 +89,9 @@ def main(argv=None) -> int:
     except KeyboardInterrupt:
         print(f"interrupted; {_again(args, argv)}", file=sys.stderr)
         return _interrupted_exit(130)
+    finally:
+        from .backend.kernels import close_pool
+        close_pool()              # no thread of the fast path's pool left to hold up the exit
 
 
 def _output_any_locale() -> None:

@@ -91,6 +91,24 @@ def _executor(n: int) -> ThreadPoolExecutor:
     return _pool
 
 
+def close_pool() -> None:
+    """Stop the pool's threads (each ends once idle; nothing waits for them); the next
+    :func:`on_threads` starts a new pool. The command line calls it on its way out
+    (``tostnp.__main__.main``).
+
+    Why: the pool's threads are ThreadPoolExecutor's, which Python's exit joins, and which its
+    own exit hook stops only if each was registered. A signal whose handler raises (SIGINT
+    during an evaluation in training, :class:`tostnp.train.signals.SignalFlag`) can land in the
+    first ``submit`` between a thread's start and its registration: that thread then waits for
+    work forever and the interpreter never exits (seen once in CI, in the random-kill test of
+    tests/test_reliability_kills.py). ``shutdown`` wakes every thread of the pool, registered
+    or not, through the pool's own queue."""
+    global _pool
+    if _pool is not None and _pool_pid == os.getpid():
+        _pool.shutdown(wait=False)
+    _pool = None
+
+
 def _pieces(M: int, L: int) -> list[tuple[int, int]]:
     """Row ranges [lo, hi) of about tuning.CHUNK elements each covering rows 0..M (shapes only);
     one range for arrays under tuning.PIECES_MIN elements, which fit in the caches as they are."""
