@@ -42,9 +42,12 @@ Shapes: ``(..., C)`` arrays with the statistics over the last axis, as in :mod:`
 """
 from __future__ import annotations
 
+import contextlib
 import functools
 import math
 import os
+import signal
+import threading
 from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
@@ -86,9 +89,39 @@ def _executor(n: int) -> ThreadPoolExecutor:
     if _pool is None or _pool_pid != os.getpid() or _pool._max_workers < n:
         if _pool is not None and _pool_pid == os.getpid():
             _pool.shutdown(wait=False)        # (a forked child has none of the parent's threads)
-        _pool = ThreadPoolExecutor(max_workers=n, thread_name_prefix="tostnp-fused")
-        _pool_pid = os.getpid()
+        pool = ThreadPoolExecutor(max_workers=n, thread_name_prefix="tostnp-fused")
+        with _signals_held():
+            barrier = threading.Barrier(n + 1)    # every worker started and registered now
+            for _ in range(n):
+                pool.submit(barrier.wait)
+            barrier.wait()
+        _pool, _pool_pid = pool, os.getpid()
     return _pool
+
+
+@contextlib.contextmanager
+def _signals_held():
+    """SIGINT and SIGTERM noted, not handled, inside the block (on the main thread; elsewhere
+    nothing to do: Python runs signal handlers on the main thread only), then handled as they
+    would have been. Around the start of the pool's threads: a handler that raises (SIGINT
+    during an evaluation in training, :class:`tostnp.train.signals.SignalFlag`) would otherwise
+    land inside ``Thread.start`` -- leaving a thread that Python's exit waits for forever, or
+    one that prints a KeyError traceback as it starts (both seen in CI's random-kill test,
+    tests/test_reliability_kills.py)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    seen = []
+    old = {}
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        old[sig] = signal.signal(sig, lambda signum, frame: seen.append(signum))
+    try:
+        yield
+    finally:
+        for sig, h in old.items():
+            signal.signal(sig, h)
+        for sig in seen:
+            signal.raise_signal(sig)      # the handler of before, now, outside the block
 
 
 def close_pool() -> None:
